@@ -1,0 +1,79 @@
+"""Blob bytes through the service: used by the local backend (and S3 with presigning off)."""
+from __future__ import annotations
+
+from flask import Response, request, send_file
+from flask_smorest import Blueprint
+from sqlalchemy import select
+
+from cachesvc_client import keys
+
+from .. import blobs, index
+from ..errors import InvalidRequest, NotFound, Unavailable
+from ..models import Blob, Version, VersionFile
+from ..schemas import BlobPutArgs
+from ..storage import BlobNotFound, StorageError, blob_key
+from . import services
+
+blp = Blueprint("blobs", __name__, url_prefix="/api/v1/blobs", description="Content-addressed blob bytes")
+
+_BINARY = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def _digest(value: str) -> str:
+    try:
+        return keys.check_digest(value)
+    except keys.InvalidKey as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+@blp.route("/<sha256>", methods=["PUT"])
+@blp.arguments(BlobPutArgs, location="query")
+@blp.response(201)
+@blp.doc(requestBody={"required": True, **_BINARY})
+def put(args, sha256):
+    """Upload a blob named in a pending version; the body must hash to `sha256` after decoding."""
+    digest = _digest(sha256)
+    svc = services()
+    with svc.db.session() as s:
+        wanted = s.execute(select(VersionFile.digest).join(Version, Version.id == VersionFile.version_id)
+                           .where(VersionFile.digest == digest, Version.state == "pending").limit(1)).first()
+        if wanted is None:
+            raise InvalidRequest(f"blob {digest} is not named by any pending version; publish a manifest first")
+    request.max_content_length = svc.settings["MAX_BLOB_BYTES"]
+    try:
+        row = blobs.receive(svc.storage, digest, args["encoding"], request.stream)
+    except StorageError as exc:
+        raise Unavailable(f"blob storage failed: {exc}") from None
+    with svc.db.session() as s:
+        index.insert_ignore(s, Blob, [row])
+    return {"sha256": digest, "size": row["size"], "stored_size": row["stored_size"], "encoding": row["encoding"]}
+
+
+@blp.route("/<sha256>", methods=["GET"])
+@blp.response(200, description="The stored bytes; header X-Cachesvc-Encoding says how they are encoded",
+              content_type="application/octet-stream")
+def get(sha256):
+    """Download a blob's stored bytes (zstd-framed when X-Cachesvc-Encoding is zstd)."""
+    digest = _digest(sha256)
+    svc = services()
+    with svc.db.session() as s:
+        blob = s.get(Blob, digest)
+        if blob is None:
+            raise NotFound(f"blob {digest} is not stored")
+        encoding, size, stored = blob.encoding, blob.size, blob.stored_size
+    key = blob_key(digest, encoding)
+    headers = {"X-Cachesvc-Encoding": encoding, "X-Cachesvc-Size": str(size)}
+    path = svc.storage.local_path(key)
+    try:
+        if path is not None:
+            resp = send_file(path, mimetype="application/octet-stream", conditional=False, etag=False)
+        else:
+            body = svc.storage.open(key)
+            resp = Response(iter(lambda: body.read(1 << 20), b""), mimetype="application/octet-stream")
+            resp.headers["Content-Length"] = str(stored)
+    except (FileNotFoundError, BlobNotFound):
+        raise NotFound(f"blob {digest} is indexed but missing from storage") from None
+    except StorageError as exc:
+        raise Unavailable(f"blob storage failed: {exc}") from None
+    resp.headers.update(headers)
+    return resp

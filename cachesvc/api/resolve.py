@@ -1,0 +1,24 @@
+"""Resolve a key to the version a restore should fetch."""
+from __future__ import annotations
+
+from flask_smorest import Blueprint
+
+from cachesvc_client.keys import ENV_FIELDS
+
+from .. import index, resolving
+from ..schemas import ResolveArgs
+from . import services
+
+blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="Find what to restore")
+
+
+@blp.route("", methods=["GET"])
+@blp.arguments(ResolveArgs, location="query")
+@blp.response(200)
+def resolve(args):
+    """The newest committed version whose key matches exactly, with a URL per blob; `hit: false` otherwise."""
+    key = {"name": args["name"], "shape": args["shape"], "tags": index.parse_tags(args["tags"]),
+           "env": {f: args[f] for f in ENV_FIELDS}}
+    svc = services()
+    with svc.db.session() as s:
+        return resolving.resolve(s, svc.storage, svc.settings, key)

@@ -1,0 +1,55 @@
+"""The app factory: settings, database, storage, blueprints, error handlers."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from flask import Flask
+from flask_smorest import Api
+
+from . import __version__, config, errors
+from .db import Database
+from .storage import Storage, from_url
+
+
+@dataclass
+class Services:
+    db: Database
+    storage: Storage
+    settings: dict
+    version: str = __version__
+
+
+def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
+    """Build the WSGI app. ``overrides`` win over ``CACHESVC_*`` environment variables.
+
+    Raises SystemExit with the command to run when the database schema is behind.
+    """
+    settings = config.load(overrides)
+    app = Flask(__name__)
+    app.config.update(
+        TESTING=bool(settings.get("TESTING")),
+        MAX_CONTENT_LENGTH=settings["MAX_REQUEST_BYTES"],
+        API_TITLE="cachesvc",
+        API_VERSION="v1",
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/api/v1",
+        OPENAPI_JSON_PATH="openapi.json",
+        API_SPEC_OPTIONS={"info": {"description": "Compilation-cache service for PyTorch: publish and restore "
+                                                  "torch.compile state."}},
+    )
+    db = Database(settings["DATABASE_URL"])
+    db.check_schema()
+    app.extensions["cachesvc"] = Services(db=db, storage=from_url(settings["STORAGE_URL"], settings),
+                                          settings=settings)
+
+    from .api import blobs, entries, health, resolve, versions
+
+    api = Api(app)
+    for module in (versions, blobs, resolve, entries, health):
+        api.register_blueprint(module.blp)
+    errors.register(app)  # after Api(): our JSON error shape replaces flask-smorest's
+    if not app.debug and not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return app

@@ -1,0 +1,65 @@
+"""Settings, in layers: defaults, then environment variables, then overrides.
+
+Every setting has an environment variable ``CACHESVC_<NAME>``; the README's
+"Settings" table lists them and a test keeps the two in step.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+#: name -> (default, parser, help). Defaults that depend on DATA_DIR are None.
+SETTINGS: Dict[str, tuple] = {
+    "DATA_DIR": ("./cachesvc-data", str, "Folder for the embedded defaults (SQLite file and blob dir)."),
+    "DATABASE_URL": (None, str, "SQLAlchemy URL; default sqlite:///<DATA_DIR>/cachesvc.db. PostgreSQL: postgresql+psycopg://user@host/db."),
+    "STORAGE_URL": (None, str, "Blob storage: file:///path (default <DATA_DIR>/blobs) or s3://bucket/prefix."),
+    "S3_ENDPOINT_URL": ("", str, "S3 endpoint for MinIO or any S3-compatible store; empty for AWS."),
+    "S3_REGION": ("us-east-1", str, "S3 region used for signing."),
+    "S3_ACCESS_KEY_ID": ("", str, "S3 access key; empty uses boto3's default credential chain."),
+    "S3_SECRET_ACCESS_KEY": ("", str, "S3 secret key."),
+    "S3_PRESIGN": (True, "bool", "Hand clients presigned S3 URLs so bytes bypass the service."),
+    "S3_PUBLIC_ENDPOINT_URL": ("", str, "Endpoint written into presigned URLs when clients reach S3 by another address."),
+    "PRESIGN_EXPIRES": (3600, int, "Seconds a presigned URL stays valid."),
+    "UPLOAD_LEASE_SECONDS": (3600, int, "Seconds a pending (uncommitted) version may wait for its blobs."),
+    "MAX_FILES": (100_000, int, "Most files one version may hold."),
+    "MAX_REQUEST_BYTES": (64 * 1024**2, int, "Largest JSON request body."),
+    "MAX_BLOB_BYTES": (16 * 1024**3, int, "Largest blob upload through the service (local backend)."),
+    "AUTO_MIGRATE": (None, "bool", "Run migrations at `cachesvc serve`; default on for SQLite, off otherwise."),
+}
+
+
+def _parse(kind: Any, raw: str) -> Any:
+    if kind == "bool":
+        val = raw.strip().lower()
+        if val in ("1", "true", "yes", "on"):
+            return True
+        if val in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"expected a boolean, got {raw!r}")
+    return kind(raw)
+
+
+def load(overrides: Optional[Mapping[str, Any]] = None, environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """Return the settings dict: defaults < ``CACHESVC_*`` env < overrides."""
+    environ = os.environ if environ is None else environ
+    cfg: Dict[str, Any] = {}
+    for name, (default, kind, _help) in SETTINGS.items():
+        raw = environ.get(f"CACHESVC_{name}")
+        if raw is not None:
+            try:
+                cfg[name] = _parse(kind, raw)
+            except ValueError as exc:
+                raise SystemExit(f"CACHESVC_{name}: {exc}") from None
+        else:
+            cfg[name] = default
+    cfg.update(overrides or {})
+    data = Path(cfg["DATA_DIR"]).resolve()
+    cfg["DATA_DIR"] = str(data)
+    if not cfg["DATABASE_URL"]:
+        cfg["DATABASE_URL"] = f"sqlite:///{data / 'cachesvc.db'}"
+    if not cfg["STORAGE_URL"]:
+        cfg["STORAGE_URL"] = (data / "blobs").as_uri()
+    if cfg["AUTO_MIGRATE"] is None:
+        cfg["AUTO_MIGRATE"] = cfg["DATABASE_URL"].startswith("sqlite")
+    return cfg

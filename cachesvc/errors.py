@@ -1,0 +1,102 @@
+"""One error family, one table to HTTP, one handler.
+
+Views and services raise ``CacheError`` subclasses; ``register`` turns them
+(and Flask's own HTTP errors, and request-validation failures) into
+``{"error": {"code": ..., "message": ..., "details": ...}}``. The client maps
+the same codes back to its exceptions in ``cachesvc_client.errors``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+from flask import Flask, jsonify
+from sqlalchemy.exc import InterfaceError, OperationalError
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+
+class CacheError(Exception):
+    code = "error"
+    status = 500
+
+    def __init__(self, message: str, details: Optional[Any] = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidRequest(CacheError):
+    code, status = "invalid_request", 400
+
+
+class Unauthorized(CacheError):
+    code, status = "unauthorized", 401
+
+
+class Forbidden(CacheError):
+    code, status = "forbidden", 403
+
+
+class NotFound(CacheError):
+    code, status = "not_found", 404
+
+
+class Conflict(CacheError):
+    code, status = "conflict", 409
+
+
+class BlobsMissing(CacheError):
+    code, status = "blobs_missing", 409
+
+
+class PayloadTooLarge(CacheError):
+    code, status = "payload_too_large", 413
+
+
+class Unavailable(CacheError):
+    code, status = "unavailable", 503
+
+
+def _body(code: str, message: str, details: Any = None):
+    err = {"code": code, "message": message}
+    if details is not None:
+        err["details"] = details
+    return {"error": err}
+
+
+def _flatten(messages: Any, where: str = ""):
+    """webargs' nested {location: {field: {index: [msgs]}}} as ("json.files.0.path", msg) pairs."""
+    if isinstance(messages, dict):
+        for k, v in messages.items():
+            yield from _flatten(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(messages, list):
+        for m in messages:
+            yield from _flatten(m, where)
+    else:
+        yield where, str(messages)
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(CacheError)
+    def _cache_error(exc: CacheError):
+        return jsonify(_body(exc.code, exc.message, exc.details)), exc.status
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        # flask-smorest / webargs put field errors in exc.data["messages"].
+        data = getattr(exc, "data", None) or {}
+        messages = data.get("messages")
+        if messages is not None:
+            problems = [f"{where}: {msg}" for where, msg in _flatten(messages)]
+            msg = "invalid request: " + "; ".join(problems[:20]) if problems else "invalid request"
+            return jsonify(_body("invalid_request", msg, messages)), exc.code
+        code = (exc.name or "error").lower().replace(" ", "_")
+        return jsonify(_body(code, exc.description or exc.name)), exc.code
+
+    @app.errorhandler(OperationalError)
+    @app.errorhandler(InterfaceError)
+    def _db_error(exc: Exception):
+        log.warning("database unavailable: %s", exc)
+        return jsonify(_body("unavailable", "the database is unavailable; retry shortly")), 503

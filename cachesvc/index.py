@@ -1,0 +1,107 @@
+"""Queries on the index shared by publish, resolve and browse."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Dict, Iterable, List, Optional, Set
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from cachesvc_client import keys
+
+from .errors import InvalidRequest, NotFound
+from .models import Blob, Entry, Version
+
+
+def iso(t: Optional[dt.datetime]) -> Optional[str]:
+    return t.isoformat(timespec="seconds") + "Z" if t else None
+
+
+def parse_tags(text: str) -> Dict[str, str]:
+    try:
+        return keys.check_tags(json.loads(text))
+    except (ValueError, keys.InvalidKey) as exc:
+        raise InvalidRequest(f"tags must be a JSON object of strings: {exc}") from None
+
+
+def insert_ignore(session: Session, model, rows: List[dict]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING on PostgreSQL and SQLite."""
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    mod = postgresql if dialect == "postgresql" else sqlite
+    session.execute(mod.insert(model).on_conflict_do_nothing(), rows)
+
+
+def get_or_404(session: Session, model, ident, what: str):
+    obj = session.get(model, ident)
+    if obj is None:
+        raise NotFound(f"{what} {ident} does not exist")
+    return obj
+
+
+def find_entry(session: Session, name: str, shape: str, tags: Dict[str, str], env: Dict[str, str],
+               create: bool = False) -> Optional[Entry]:
+    digest = keys.key_digest(name, shape, tags, env)
+    q = select(Entry).where(Entry.key_digest == digest)
+    entry = session.scalars(q).first()
+    if entry is None and create:
+        insert_ignore(session, Entry, [dict(key_digest=digest, name=name, shape=shape,
+                                            tags=keys.canonical_tags(tags), restore_count=0, **env)])
+        entry = session.scalars(q).one()
+    return entry
+
+
+def newest_committed(session: Session, entry_id: int) -> Optional[Version]:
+    return session.scalars(
+        select(Version).where(Version.entry_id == entry_id, Version.state == "committed")
+        .order_by(Version.id.desc()).limit(1)
+    ).first()
+
+
+def present_blobs(session: Session, digests: Iterable[str]) -> Dict[str, Blob]:
+    """The blobs among ``digests`` that the index knows to be stored."""
+    digests = list(digests)
+    found: Dict[str, Blob] = {}
+    for i in range(0, len(digests), 500):
+        chunk = digests[i:i + 500]
+        for blob in session.scalars(select(Blob).where(Blob.digest.in_(chunk))):
+            found[blob.digest] = blob
+    return found
+
+
+def entry_summary(entry: Entry) -> dict:
+    return {
+        "id": entry.id,
+        "name": entry.name,
+        "shape": entry.shape,
+        "tags": json.loads(entry.tags),
+        "env": entry.env(),
+        "created_at": iso(entry.created_at),
+        "last_restored_at": iso(entry.last_restored_at),
+        "restore_count": entry.restore_count,
+    }
+
+
+def version_summary(v: Version) -> dict:
+    return {
+        "id": v.id,
+        "entry_id": v.entry_id,
+        "kind": v.kind,
+        "state": v.state,
+        "manifest_digest": v.manifest_digest,
+        "file_count": v.file_count,
+        "total_bytes": v.total_bytes,
+        "roots": v.roots,
+        "compile_seconds": v.compile_seconds,
+        "created_at": iso(v.created_at),
+        "committed_at": iso(v.committed_at),
+        "last_restored_at": iso(v.last_restored_at),
+        "restore_count": v.restore_count,
+    }
+
+
+def unique_digests(files: Iterable[dict]) -> Set[str]:
+    return {f["sha256"] for f in files}

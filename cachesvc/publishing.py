@@ -1,0 +1,140 @@
+"""Publish in two steps, so a version is visible whole or not at all.
+
+1. ``create_version``: the client sends its manifest; the service records a
+   *pending* version and answers which blobs it lacks, with an upload target
+   for each (a presigned S3 URL, or the service's own blob endpoint).
+2. ``commit_version``: once the client has uploaded, the service checks that
+   every blob the version names is stored, then flips the version to
+   *committed* in one transaction. Until then resolve never sees it.
+
+Content equal to the key's newest committed version creates no version.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Optional, Tuple
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from cachesvc_client import keys
+
+from . import index
+from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
+from .models import Blob, Entry, Event, Version, VersionFile, utcnow
+from .storage import ENCODINGS, Storage, blob_key
+
+
+def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) -> Dict[str, int]:
+    """Validate the manifest as a whole; return digest -> size."""
+    if len(files) > max_files:
+        raise PayloadTooLarge(f"{len(files)} files in one version; the limit is {max_files} (CACHESVC_MAX_FILES)")
+    seen = set()
+    sizes: Dict[str, int] = {}
+    for f in files:
+        where = (f["root"], f["path"])
+        if where in seen:
+            raise InvalidRequest(f"duplicate path {f['root']}:{f['path']} in manifest")
+        seen.add(where)
+        if f["root"] not in roots:
+            raise InvalidRequest(f"file {f['path']} names root {f['root']!r}, which is not in roots")
+        if sizes.setdefault(f["sha256"], f["size"]) != f["size"]:
+            raise InvalidRequest(f"sha256 {f['sha256']} is listed with two different sizes")
+    for role, path in roots.items():
+        if not path.startswith("/"):
+            raise InvalidRequest(f"root {role!r} path {path!r} must be absolute")
+    return sizes
+
+
+def upload_target(storage: Storage, digest: str, encoding: str, expires: int) -> dict:
+    target = storage.upload_target(blob_key(digest, encoding), expires)
+    if target is None:  # bytes go through the service (local backend, or presigning off)
+        target = {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}", "headers": {}}
+    return target
+
+
+def create_version(session: Session, storage: Storage, settings: dict, body: dict) -> Tuple[int, dict]:
+    key, files = body["key"], body["files"]
+    sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
+    digest = keys.manifest_digest(files)
+    entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
+    newest = index.newest_committed(session, entry.id)
+    if newest is not None and newest.manifest_digest == digest:
+        return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
+                     "version": index.version_summary(newest), "upload": []}
+
+    present = index.present_blobs(session, sizes)
+    for d, blob in present.items():
+        if blob.size != sizes[d]:
+            raise InvalidRequest(f"sha256 {d} is stored with size {blob.size}, the manifest says {sizes[d]}")
+    now = utcnow()
+    version = Version(
+        entry_id=entry.id, kind=body["kind"], state="pending", manifest_digest=digest,
+        file_count=len(files), total_bytes=sum(f["size"] for f in files), roots=body["roots"],
+        meta=body["meta"], compile_seconds=body["compile_seconds"], created_at=now,
+        lease_expires_at=now + dt.timedelta(seconds=settings["UPLOAD_LEASE_SECONDS"]), restore_count=0,
+    )
+    session.add(version)
+    session.flush()
+    if files:
+        session.execute(insert(VersionFile), [
+            {"version_id": version.id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
+             "size": f["size"], "mode": f["mode"] & 0o777} for f in files])
+    expires = settings["PRESIGN_EXPIRES"]
+    upload = [{"sha256": d, "size": sizes[d],
+               "targets": {enc: upload_target(storage, d, enc, expires) for enc in ENCODINGS}}
+              for d in sorted(set(sizes) - set(present))]
+    return 201, {"status": "pending", "entry": index.entry_summary(entry),
+                 "version": index.version_summary(version), "upload": upload}
+
+
+def _stat_blob(storage: Storage, digest: str, prefer: Optional[str]) -> Optional[Tuple[str, int]]:
+    order = [prefer] if prefer else []
+    order += [e for e in ENCODINGS if e != prefer]
+    for enc in order:
+        size = storage.stat(blob_key(digest, enc))
+        if size is not None:
+            return enc, size
+    return None
+
+
+def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict]) -> dict:
+    version = index.get_or_404(session, Version, version_id, "version")
+    if version.state == "committed":
+        return {"status": "committed", "version": index.version_summary(version)}
+    # Serialise commits of one key (PostgreSQL row lock; SQLite serialises writers anyway).
+    entry = session.scalars(select(Entry).where(Entry.id == version.entry_id).with_for_update()).one()
+    if version.lease_expires_at and version.lease_expires_at < utcnow():
+        raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
+
+    sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
+                                 .where(VersionFile.version_id == version_id).distinct()).all())
+    needed = set(sizes) - set(index.present_blobs(session, sizes))
+    prefer = {u["sha256"]: u["encoding"] for u in uploaded}
+    found, missing = [], []
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        stats = pool.map(lambda d: (d, _stat_blob(storage, d, prefer.get(d))), sorted(needed))
+        for d, hit in stats:
+            if hit is None:
+                missing.append(d)
+            elif hit[0] == "identity" and hit[1] != sizes[d]:
+                missing.append(d)  # a short or wrong upload: not usable
+            else:
+                found.append({"digest": d, "size": sizes[d], "stored_size": hit[1], "encoding": hit[0],
+                              "created_at": utcnow()})
+    if missing:
+        raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
+                           f"commit again", {"missing": missing[:1000]})
+    index.insert_ignore(session, Blob, found)
+
+    newest = index.newest_committed(session, entry.id)
+    if newest is not None and newest.manifest_digest == version.manifest_digest:
+        session.delete(version)  # a concurrent publisher committed the same content first
+        return {"status": "unchanged", "version": index.version_summary(newest)}
+    version.state = "committed"
+    version.committed_at = utcnow()
+    version.lease_expires_at = None
+    session.add(Event(kind="publish", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes))
+    session.flush()
+    return {"status": "committed", "version": index.version_summary(version)}

@@ -1,0 +1,97 @@
+"""Blob storage: one small interface, a local-directory and an S3 backend.
+
+Object layout (the same on both backends)::
+
+    [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>        identity encoding
+    [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>.zst    zstd frame of the same bytes
+
+The sha256 is always that of the *uncompressed* content, so a blob keeps its
+name whatever encoding the publisher chose. ``v1`` leaves room to change the
+layout later. Backends raise only ``StorageError`` / ``BlobNotFound``; no
+botocore type leaves this package.
+"""
+from __future__ import annotations
+
+import abc
+from typing import BinaryIO, Dict, Iterator, Optional
+from urllib.parse import urlparse
+
+ENCODINGS = ("identity", "zstd")
+_SUFFIX = {"identity": "", "zstd": ".zst"}
+
+
+class StorageError(Exception):
+    """The backend failed (unreachable, denied, ...). Maps to 503."""
+
+
+class BlobNotFound(StorageError):
+    pass
+
+
+def blob_key(digest: str, encoding: str) -> str:
+    """Object key of a blob, relative to the backend's prefix."""
+    return f"v1/blobs/{digest[:2]}/{digest}{_SUFFIX[encoding]}"
+
+
+class Storage(abc.ABC):
+    """Keys are '/'-separated strings relative to the backend's root/prefix.
+
+    Implementations are thread-safe.
+    """
+
+    @abc.abstractmethod
+    def put_file(self, key: str, path: str) -> None:
+        """Store the file at ``path`` under ``key`` atomically; ``path`` is consumed (moved or deleted)."""
+
+    @abc.abstractmethod
+    def open(self, key: str) -> BinaryIO:
+        """A readable stream of the object; raises BlobNotFound."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> Optional[int]:
+        """The object's size in bytes, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object; a missing object is not an error."""
+
+    @abc.abstractmethod
+    def iter_keys(self, prefix: str = "") -> Iterator[str]:
+        """Every key under ``prefix`` (for GC and tests)."""
+
+    def upload_target(self, key: str, expires: int) -> Optional[Dict]:
+        """A presigned ``{"method", "url", "headers"}`` for a direct upload, or None
+        when bytes must go through the service."""
+        return None
+
+    def download_url(self, key: str, expires: int) -> Optional[str]:
+        """A presigned GET URL, or None when bytes must go through the service."""
+        return None
+
+    def local_path(self, key: str) -> Optional[str]:
+        """A filesystem path the service may send directly, if the backend has one."""
+        return None
+
+
+def from_url(url: str, settings: Optional[Dict] = None) -> Storage:
+    """Build the backend named by ``url``: ``file:///dir`` or ``s3://bucket[/prefix]``."""
+    settings = settings or {}
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        from .local import LocalStorage
+
+        return LocalStorage(parsed.path)
+    if parsed.scheme == "s3":
+        from .s3 import S3Storage
+
+        return S3Storage(
+            bucket=parsed.netloc,
+            prefix=parsed.path.strip("/"),
+            endpoint_url=settings.get("S3_ENDPOINT_URL") or None,
+            region=settings.get("S3_REGION") or "us-east-1",
+            access_key=settings.get("S3_ACCESS_KEY_ID") or None,
+            secret_key=settings.get("S3_SECRET_ACCESS_KEY") or None,
+            presign=settings.get("S3_PRESIGN", True),
+            public_endpoint_url=settings.get("S3_PUBLIC_ENDPOINT_URL") or None,
+        )
+    raise ValueError(f"unsupported storage URL {url!r}: use file:///path or s3://bucket/prefix")

@@ -1,0 +1,78 @@
+"""Blobs in a local directory: the embedded default."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Iterator, Optional
+
+from . import BlobNotFound, Storage, StorageError
+
+
+class LocalStorage(Storage):
+    def __init__(self, root: str):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise StorageError(f"bad key {key!r}")
+        return self.root / key
+
+    def put_file(self, key: str, path: str) -> None:
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(path, dest)  # same filesystem: atomic, no copy
+            return
+        except OSError:
+            pass
+        # Another filesystem: copy to a temp name beside dest, then rename.
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, dest)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def temp_dir(self) -> str:
+        """A folder on the same filesystem, so uploads can be renamed into place."""
+        d = self.root / ".incoming"
+        d.mkdir(exist_ok=True)
+        return str(d)
+
+    def open(self, key: str) -> BinaryIO:
+        try:
+            return open(self._path(key), "rb")
+        except FileNotFoundError:
+            raise BlobNotFound(key) from None
+
+    def stat(self, key: str) -> Optional[int]:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass
+
+    def iter_keys(self, prefix: str = "") -> Iterator[str]:
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if d != ".incoming")
+            for name in sorted(filenames):
+                key = os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/")
+                if key.startswith(prefix):
+                    yield key
+
+    def local_path(self, key: str) -> Optional[str]:
+        return str(self._path(key))

@@ -1,0 +1,118 @@
+"""Blobs in S3 or any S3-compatible store (MinIO, rclone, Ceph) through boto3.
+
+Clients get presigned URLs (SigV4, path-style) so blob bytes never pass
+through the service. botocore errors are translated here and go no further.
+"""
+from __future__ import annotations
+
+import os
+from typing import BinaryIO, Dict, Iterator, Optional
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from . import BlobNotFound, Storage, StorageError
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+
+
+def _client(endpoint_url, region, access_key, secret_key, timeouts=True):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=Config(
+            signature_version="s3v4",
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5 if timeouts else 60,
+            read_timeout=30 if timeouts else 60,
+            max_pool_connections=32,
+        ),
+    )
+
+
+class S3Storage(Storage):
+    def __init__(self, bucket: str, prefix: str = "", endpoint_url: Optional[str] = None, region: str = "us-east-1",
+                 access_key: Optional[str] = None, secret_key: Optional[str] = None, presign: bool = True,
+                 public_endpoint_url: Optional[str] = None):
+        if not bucket:
+            raise ValueError("s3:// storage URL needs a bucket: s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.presign = presign
+        self._s3 = _client(endpoint_url, region, access_key, secret_key)
+        # Presigned URLs must name the endpoint the *clients* reach.
+        self._signer = (_client(public_endpoint_url, region, access_key, secret_key)
+                        if public_endpoint_url else self._s3)
+        self._transfer = TransferConfig(multipart_threshold=64 * 1024**2, multipart_chunksize=64 * 1024**2)
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _translate(self, exc: Exception, key: str) -> StorageError:
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _NOT_FOUND:
+                return BlobNotFound(key)
+            return StorageError(f"S3 {code or 'error'} on {key}: {exc}")
+        return StorageError(f"S3 unreachable ({type(exc).__name__}): {exc}")
+
+    def put_file(self, key: str, path: str) -> None:
+        try:
+            self._s3.upload_file(path, self.bucket, self._key(key), Config=self._transfer)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(exc, key) from None
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def open(self, key: str) -> BinaryIO:
+        try:
+            return self._s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(exc, key) from None
+
+    def stat(self, key: str) -> Optional[int]:
+        try:
+            return int(self._s3.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"])
+        except (ClientError, BotoCoreError) as exc:
+            err = self._translate(exc, key)
+            if isinstance(err, BlobNotFound):
+                return None
+            raise err from None
+
+    def delete(self, key: str) -> None:
+        try:
+            self._s3.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except (ClientError, BotoCoreError) as exc:
+            err = self._translate(exc, key)
+            if not isinstance(err, BlobNotFound):
+                raise err from None
+
+    def iter_keys(self, prefix: str = "") -> Iterator[str]:
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix))
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    yield obj["Key"][strip:]
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(exc, prefix) from None
+
+    def upload_target(self, key: str, expires: int) -> Optional[Dict]:
+        if not self.presign:
+            return None
+        url = self._signer.generate_presigned_url(
+            "put_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires)
+        return {"method": "PUT", "url": url, "headers": {}}
+
+    def download_url(self, key: str, expires: int) -> Optional[str]:
+        if not self.presign:
+            return None
+        return self._signer.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires)

@@ -1,0 +1,19 @@
+"""cachesvc_client: publish and restore torch.compile state through a cachesvc service.
+
+    from cachesvc_client import CacheClient, shape_signature
+    client = CacheClient()                      # CACHESVC_URL, CACHESVC_TOKEN, TORCHINDUCTOR_CACHE_DIR
+    client.restore(name="resnet50", shape=shape_signature(x))
+    ... torch.compile(model)(x) ...
+    client.publish(name="resnet50", shape=shape_signature(x))
+
+Needs only requests, zstandard, filelock, click and tqdm; torch is imported
+lazily from the container.
+"""
+__version__ = "0.1.0"
+
+from .client import CacheClient  # noqa: E402
+from .errors import CacheClientError  # noqa: E402
+from .fingerprint import environment, shape_signature  # noqa: E402
+from .report import PublishReport, RestoreReport  # noqa: E402
+
+__all__ = ["CacheClient", "CacheClientError", "PublishReport", "RestoreReport", "environment", "shape_signature"]

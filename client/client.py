@@ -1,0 +1,107 @@
+"""``CacheClient``: the public entry point of the client library."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Dict, Mapping, Optional
+
+from . import keys, roots as roots_mod
+from .errors import CacheClientError
+from .fingerprint import environment
+from .http import ServiceAPI
+from .publish import publish as _publish
+from .report import PublishReport, RestoreReport
+from .restore import restore as _restore
+
+log = logging.getLogger("cachesvc_client")
+
+
+def torch_compile_seconds() -> Optional[float]:
+    """Seconds torch.compile spent in this process, as torch itself recorded them (None if unknown)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    metrics = getattr(utils, "compilation_time_metrics", None) if utils else None
+    if not metrics:
+        return None
+    values = metrics.get("_compile.compile_inner")
+    return round(sum(values), 3) if values else None
+
+
+class CacheClient:
+    """Publish and restore torch.compile state through a cachesvc service.
+
+    Args:
+        url: the service, default ``$CACHESVC_URL``.
+        token: bearer token, default ``$CACHESVC_TOKEN``.
+        cache_dir: Inductor's cache dir, default ``$TORCHINDUCTOR_CACHE_DIR``, else torch's own default.
+        timeout: seconds to reach the service and resolve a key (restore) or make one API call (publish).
+        stall_timeout: seconds a blob transfer may go without a byte before it is abandoned.
+        workers: parallel transfers.
+
+    Thread-safe; keep one per process.
+    """
+
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None, cache_dir: Optional[str] = None,
+                 *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16):
+        self.url = url or os.environ.get("CACHESVC_URL", "")
+        self.token = token or os.environ.get("CACHESVC_TOKEN") or None
+        self._cache_dir_given = cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
+        self.timeout, self.stall_timeout, self.workers = timeout, stall_timeout, workers
+        self._api: Optional[ServiceAPI] = None
+
+    @property
+    def api(self) -> ServiceAPI:
+        if self._api is None:
+            self._api = ServiceAPI(self.url, self.token, timeout=self.timeout)
+        return self._api
+
+    def key(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None,
+            env: Optional[Mapping[str, str]] = None) -> dict:
+        """The full cache key for this process (environment fingerprint included), validated."""
+        return {"name": keys.check_name(name), "shape": keys.check_shape(shape), "tags": keys.check_tags(tags),
+                "env": keys.check_env(env if env is not None else environment())}
+
+    def restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *, strict: bool = False,
+                env: Optional[Mapping[str, str]] = None) -> RestoreReport:
+        """Fetch the newest version of this key into the cache dir (and the other roots).
+
+        Returns a RestoreReport; ``report.hit`` says whether anything was restored.
+        On service or storage trouble it logs a warning and returns a miss, so the
+        process compiles cold; with ``strict=True`` it raises CacheClientError instead.
+        Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
+        """
+        key = self.key(name, shape, tags, env)
+        try:
+            report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
+                              stall_timeout=self.stall_timeout)
+        except CacheClientError as exc:
+            if strict:
+                raise
+            log.warning("cachesvc restore of %s failed, compiling cold: %s", name, exc.message)
+            return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {exc.message}")
+        if not self._cache_dir_given:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+        log.info("%s", report.summary())
+        if report.failed:
+            log.warning("cachesvc restore left out %d file(s); first: %s", len(report.failed), report.failed[0])
+        if strict and not report.hit:
+            raise CacheClientError(report.summary(), code="miss")
+        return report
+
+    def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
+                compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+                roots: Optional[Dict[str, str]] = None) -> PublishReport:
+        """Snapshot this process's compile state and publish it under the key.
+
+        ``compile_seconds`` defaults to the compile time torch recorded in this process.
+        ``roots`` (role -> folder) replaces the default roots (for tests and special layouts).
+        Raises CacheClientError subclasses on failure; nothing is half-published.
+        """
+        key = self.key(name, shape, tags, env)
+        root_list = ([roots_mod.Root(role, path) for role, path in roots.items()] if roots is not None
+                     else roots_mod.default_roots(self.cache_dir))
+        report = _publish(self.api, key, root_list, workers=min(self.workers, 8),
+                          compile_seconds=compile_seconds if compile_seconds is not None else torch_compile_seconds())
+        log.info("%s", report.summary())
+        return report

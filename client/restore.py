@@ -1,0 +1,237 @@
+"""Restore: resolve the key, then fetch, verify and place every file.
+
+Guarantees:
+- Nothing is written outside the roots: manifest paths must pass
+  ``keys.check_relpath`` (else the whole manifest is refused), and no folder
+  between a root and a file may be a symlink.
+- Every file is verified (sha256 of the decoded bytes) in a temp file beside
+  its target and renamed into place: no reader sees half a file, and an
+  interrupted restore leaves only whole files (plus ``.cachesvc-*.tmp``
+  leftovers, which publish ignores).
+- Files already present with the right content are not fetched again; files
+  the restore did not bring are never touched.
+- One restore at a time per cache dir (a file lock), so ranks on one host
+  share the work: the first restores, the rest find the files present.
+
+State kept in ``<inductor root>/.cachesvc/``: ``restore.lock`` and
+``restored.json`` (size and mtime of each file the last restore placed, so
+a later restore of the same version skips re-hashing them).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Optional, Tuple
+
+from filelock import FileLock, Timeout
+
+from . import keys, roots as roots_mod, transfer
+from .errors import CacheClientError, IntegrityError, ServiceUnavailable
+from .http import ServiceAPI
+from .progress import Progress
+from .report import RestoreReport
+
+log = logging.getLogger("cachesvc_client")
+
+STATE_DIR = ".cachesvc"
+
+
+def check_manifest(files: List[dict]) -> None:
+    """Refuse a manifest whole if any row breaks the key and path rules."""
+    for f in files:
+        try:
+            keys.check_role(f["root"])
+            keys.check_relpath(f["path"])
+            keys.check_digest(f["sha256"])
+            keys.check_size(f["size"])
+        except (keys.InvalidKey, KeyError, TypeError) as exc:
+            raise IntegrityError(f"the service sent a manifest that breaks the path rules ({exc}); "
+                                 "nothing was restored") from None
+
+
+def safe_target(root_real: str, relpath: str) -> str:
+    """The absolute target of ``relpath`` under ``root_real``; IntegrityError on a symlink or non-folder on the way."""
+    parts = relpath.split("/")
+    cur = root_real
+    for part in parts[:-1]:
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur):
+            raise IntegrityError(f"{cur} is a symlink; refusing to write through it")
+        if os.path.exists(cur) and not os.path.isdir(cur):
+            raise IntegrityError(f"{cur} is not a folder")
+    target = os.path.join(cur, parts[-1])
+    if os.path.islink(target) or (os.path.exists(target) and not os.path.isfile(target)):
+        raise IntegrityError(f"{target} exists and is not a regular file; leaving it alone")
+    return target
+
+
+class _Stamp:
+    """Size and mtime of files a restore placed, per version."""
+
+    def __init__(self, state_dir: str):
+        self.path = os.path.join(state_dir, "restored.json")
+
+    def load(self, version_id: int) -> Dict[str, Tuple[int, int]]:
+        try:
+            with open(self.path) as f:
+                doc = json.load(f)
+            return {k: tuple(v) for k, v in doc["files"].items()} if doc.get("version_id") == version_id else {}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+
+    def save(self, version_id: int, placed: Dict[str, str]) -> None:
+        files = {}
+        for k, target in placed.items():
+            try:
+                st = os.stat(target)
+                files[k] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                pass
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"version_id": version_id, "files": files}, f)
+        os.replace(tmp, self.path)
+
+
+def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
+    """Rename the verified temp file onto its first target; copy it to the others."""
+    first, mode = targets[0]
+    for other, other_mode in targets[1:]:
+        other_tmp = f"{other}.cachesvc-{os.getpid()}-{threading.get_ident()}.tmp"
+        try:
+            shutil.copyfile(tmp, other_tmp)
+            os.chmod(other_tmp, other_mode)
+            os.replace(other_tmp, other)
+        finally:
+            if os.path.exists(other_tmp):
+                os.unlink(other_tmp)
+    os.chmod(tmp, mode)
+    os.replace(tmp, first)
+
+
+def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
+            stall_timeout: float = 30.0, lock_timeout: float = 600.0) -> RestoreReport:
+    """Restore the newest version of ``key`` into this process's roots. See the module docstring.
+
+    Raises CacheClientError subclasses on service or storage trouble; the
+    caller (CacheClient.restore) turns them into a miss unless strict.
+    """
+    start = time.monotonic()
+    report = RestoreReport(hit=False, name=key["name"], shape=key["shape"])
+    answer = api.resolve(key, deadline=start + timeout)
+    if not answer.get("hit"):
+        report.reason = answer.get("reason", "no match")
+        report.seconds = time.monotonic() - start
+        return report
+    files, blobs, version = answer["files"], answer["blobs"], answer["version"]
+    check_manifest(files)
+    report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
+
+    local: Dict[str, Optional[str]] = {}
+    for role in {f["root"] for f in files}:
+        try:
+            local[role] = os.path.realpath(roots_mod.resolve_root(role, cache_dir))
+        except ValueError:
+            local[role] = None  # published by a newer client; this one does not know where it goes
+    report.roots = {r: p for r, p in local.items() if p}
+    inductor = os.path.realpath(roots_mod.resolve_root("inductor", cache_dir))
+    state_dir = os.path.join(inductor, STATE_DIR)
+    os.makedirs(state_dir, exist_ok=True)
+
+    try:
+        with FileLock(os.path.join(state_dir, "restore.lock"), timeout=lock_timeout):
+            _fetch_all(api, report, files, blobs, local, state_dir, workers, stall_timeout)
+    except Timeout:
+        raise ServiceUnavailable(f"another process held {state_dir}/restore.lock for {lock_timeout:.0f} s") from None
+    report.hit = report.files + report.files_present > 0 and len(report.failed) < len(files)
+    if not report.hit:
+        report.reason = f"no file could be restored: {report.failed[0] if report.failed else 'empty version'}"
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs: Dict[str, dict],
+               local: Dict[str, Optional[str]], state_dir: str, workers: int, stall_timeout: float) -> None:
+    stamp = _Stamp(state_dir)
+    known = stamp.load(report.version_id)
+    wanted: Dict[str, List[Tuple[str, int]]] = {}  # digest -> [(target, mode)]
+    placed: Dict[str, str] = {}                    # "role/path" -> target
+    for f in files:
+        label = f"{f['root']}:{f['path']}"
+        root = local[f["root"]]
+        if root is None:
+            report.failed.append(f"{label}: unknown root role {f['root']!r} (upgrade cachesvc-client)")
+            continue
+        try:
+            target = safe_target(root, f["path"])
+        except IntegrityError as exc:
+            report.failed.append(f"{label}: {exc.message}")
+            continue
+        k = f"{f['root']}/{f['path']}"
+        try:
+            st = os.stat(target)
+            if known.get(k) == (st.st_size, st.st_mtime_ns) or transfer.same_file(target, f["size"], f["sha256"]):
+                report.files_present += 1
+                placed[k] = target
+                continue
+        except FileNotFoundError:
+            pass
+        if f["sha256"] not in blobs:
+            report.failed.append(f"{label}: the service gave no location for blob {f['sha256'][:12]}")
+            continue
+        wanted.setdefault(f["sha256"], []).append((target, 0o755 if f["mode"] & 0o111 else 0o644))
+        placed[k] = target
+
+    total = sum(blobs[d]["stored_size"] for d in wanted)
+    storage_down = threading.Event()
+
+    def fetch(digest: str) -> Optional[str]:
+        blob, targets = blobs[digest], wanted[digest]
+        url = api.absolute(blob["url"])
+        problem = ""
+        for attempt in (1, 2):
+            if storage_down.is_set():
+                return "storage unreachable; gave up"
+            os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
+            got = [0]
+
+            def count(n: int) -> None:
+                got[0] += n
+                progress.advance(0, n)
+
+            try:
+                tmp = transfer.download(api.session, url, api.auth_headers(url), blob["encoding"], digest,
+                                        blob["size"], os.path.dirname(targets[0][0]), stall_timeout, count)
+                for t, _mode in targets[1:]:
+                    os.makedirs(os.path.dirname(t), exist_ok=True)
+                _place(tmp, targets)
+                progress.advance(len(targets), 0)
+                return None
+            except ServiceUnavailable as exc:
+                problem = exc.message
+                if attempt == 2:
+                    storage_down.set()
+            except (CacheClientError, OSError) as exc:
+                problem = getattr(exc, "message", None) or str(exc)
+            log.debug("blob %s attempt %d failed: %s", digest[:12], attempt, problem)
+        return problem
+
+    nfiles = sum(len(t) for t in wanted.values())
+    with Progress(f"restore {report.name}", nfiles, total, log) as progress:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for digest, problem in zip(wanted, pool.map(fetch, list(wanted))):
+                targets = wanted[digest]
+                if problem is None:
+                    report.files += len(targets)
+                    report.bytes += blobs[digest]["stored_size"]
+                    report.bytes_written += blobs[digest]["size"] * len(targets)
+                else:
+                    for t, _ in targets:
+                        report.failed.append(f"{t}: {problem}")
+                        placed = {k: v for k, v in placed.items() if v != t}
+    stamp.save(report.version_id, placed)

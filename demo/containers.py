@@ -1,0 +1,75 @@
+"""Simulated containers: each gets its own empty HOME, TMPDIR and Inductor cache dir.
+
+A restarted container starts with all three empty, so hidden state left on
+this machine (``/tmp/torchinductor_<user>``, ``~/.triton``) must not leak in.
+``Container.restart()`` moves the old folders aside and gives the next
+process fresh empty ones *at the same absolute paths*, exactly as a real
+restart of the same image would.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional
+
+REPO = Path(__file__).resolve().parent.parent
+_DROP = ("TORCHINDUCTOR_", "TRITON_", "CACHESVC_", "TORCH_COMPILE_", "XDG_CACHE_HOME")
+
+
+class Container:
+    def __init__(self, base: Path, name: str = "ctr"):
+        self.root = Path(base) / name
+        self.generation = 0
+        self._make()
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "inductor-cache"
+
+    def _make(self) -> None:
+        for d in (self.home, self.tmp, self.cache_dir):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def env(self, **extra: str) -> Dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP)}
+        env.update(HOME=str(self.home), TMPDIR=str(self.tmp), TORCHINDUCTOR_CACHE_DIR=str(self.cache_dir),
+                   PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env.update(extra)
+        return env
+
+    def restart(self, keep: bool = False) -> Optional[Path]:
+        """Empty the container's folders (same paths). With keep, the old ones move to a sibling and are returned."""
+        self.generation += 1
+        old = None
+        if keep:
+            old = self.root.with_name(f"{self.root.name}-gen{self.generation}")
+            shutil.rmtree(old, ignore_errors=True)
+            self.root.rename(old)
+        else:
+            shutil.rmtree(self.root)
+        self._make()
+        return old
+
+    def run_worker(self, *args: str, timeout: float = 600, **extra_env: str) -> dict:
+        """Run demo/worker.py in this container; return its RESULT dict (raises with its output on failure)."""
+        cmd = [sys.executable, str(REPO / "demo" / "worker.py"), *args]
+        proc = subprocess.run(cmd, env=self.env(**extra_env), capture_output=True, text=True, timeout=timeout)
+        for line in proc.stdout.splitlines():
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT "):])
+                result["stderr"] = proc.stderr[-4000:]
+                return result
+        raise RuntimeError(f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")

@@ -1,0 +1,24 @@
+"""Small models that compile in seconds on a CPU (and the same on a GPU)."""
+from __future__ import annotations
+
+
+def build(name: str, device: str = "cpu"):
+    """Return (model, example_inputs) for ``name``: mlp | mlp-wide | encoder."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    if name == "mlp":
+        model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        inputs = (torch.randn(8, 256),)
+    elif name == "mlp-b16":  # same model, another input shape: a second key
+        model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        inputs = (torch.randn(16, 256),)
+    elif name == "encoder":
+        layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True, dropout=0.0)
+        model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        inputs = (torch.randn(4, 32, 128),)
+    else:
+        raise SystemExit(f"unknown model {name!r}: mlp, mlp-b16, encoder")
+    model = model.to(device).eval()
+    return model, tuple(x.to(device) for x in inputs)

@@ -1,0 +1,70 @@
+"""Run `cachesvc serve` as a real process on a free loopback port (demo, tests, benchmarks)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceProcess:
+    """``with ServiceProcess(data_dir) as svc: svc.url`` — the embedded default unless env says otherwise."""
+
+    def __init__(self, data_dir: Path, env: Optional[Dict[str, str]] = None, port: Optional[int] = None,
+                 workers: int = 2):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = env or {}
+        self.workers = workers
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self, timeout: float = 60) -> "ServiceProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESVC_")}
+        env.update(CACHESVC_DATA_DIR=str(self.data_dir), PYTHONUNBUFFERED="1", **self.extra_env)
+        self.log_path = self.data_dir / "service.log"
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cachesvc.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"cachesvc serve exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"cachesvc serve did not answer within {timeout} s:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def __enter__(self) -> "ServiceProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,67 @@
+"""One simulated container: optionally restore, compile and run once, optionally publish.
+
+Prints one JSON line (prefixed ``RESULT``) with the timings, the inductor
+counters and the restore/publish reports. Run it with its own HOME, TMPDIR
+and TORCHINDUCTOR_CACHE_DIR, as a restarted container would have.
+
+    python demo/worker.py --model mlp --url http://127.0.0.1:8787 --restore --publish
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+T0 = time.perf_counter()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--name", default=None, help="cache key name (default: the model name)")
+    p.add_argument("--url", default=os.environ.get("CACHESVC_URL"))
+    p.add_argument("--restore", action="store_true")
+    p.add_argument("--publish", action="store_true")
+    p.add_argument("--mode", default="default", help="torch.compile mode")
+    args = p.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from demo.models import build
+
+    from cachesvc_client import CacheClient, shape_signature
+
+    out = {"model": args.model, "pid": os.getpid()}
+    client = CacheClient(args.url) if (args.restore or args.publish) else None
+    import torch
+
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    model, inputs = build(args.model)
+    name = args.name or args.model
+    shape = shape_signature(*inputs)
+    tags = {"mode": args.mode}
+    if args.restore:
+        t = time.perf_counter()
+        report = client.restore(name, shape, tags)
+        out["restore_s"] = time.perf_counter() - t
+        out["restore"] = report.to_dict()
+    t = time.perf_counter()
+    compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
+    with torch.no_grad():
+        compiled(*inputs)
+    out["first_call_s"] = time.perf_counter() - t
+    from torch._dynamo.utils import counters
+
+    out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}
+    out["counters"].update({k: v for k, v in counters["aot_autograd"].items() if "cache" in k})
+    out["cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if args.publish:
+        t = time.perf_counter()
+        out["publish"] = client.publish(name, shape, tags).to_dict()
+        out["publish_s"] = time.perf_counter() - t
+    out["process_s"] = time.perf_counter() - T0
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

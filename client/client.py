@@ -99,8 +99,8 @@ class CacheClient:
         Raises CacheClientError subclasses on failure; nothing is half-published.
         """
         key = self.key(name, shape, tags, env)
-        root_list = ([roots_mod.Root(role, path) for role, path in roots.items()] if roots is not None
-                     else roots_mod.default_roots(self.cache_dir))
+        root_list = (roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in roots.items())
+                     if roots is not None else roots_mod.default_roots(self.cache_dir))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8),
                           compile_seconds=compile_seconds if compile_seconds is not None else torch_compile_seconds())
         log.info("%s", report.summary())

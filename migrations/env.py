@@ -1,5 +1,6 @@
 from alembic import context
 from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
 
 from cachesvc.models import Base
 
@@ -15,14 +16,15 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    connectable = config.attributes.get("connection")
-    if connectable is None:
-        connectable = create_engine(config.get_main_option("sqlalchemy.url"))
-    with connectable.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata,
-                          render_as_batch=connection.dialect.name == "sqlite")
-        with context.begin_transaction():
-            context.run_migrations()
+    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            context.configure(connection=connection, target_metadata=target_metadata,
+                              render_as_batch=connection.dialect.name == "sqlite")
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
 
 
 if context.is_offline_mode():

@@ -1,0 +1,70 @@
+"""Small builders shared by the service and client tests."""
+from __future__ import annotations
+
+import hashlib
+from typing import Dict, List, Optional
+
+import requests
+
+ENV = {"torch": "2.13.0+cpu", "triton": "none", "cuda": "none", "python": "3.11", "device": "x86_64",
+       "arch": "avx512"}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def key(name: str = "mlp", shape: str = "f32[8,256]", tags: Optional[dict] = None, **env) -> dict:
+    return {"name": name, "shape": shape, "tags": tags or {}, "env": {**ENV, **env}}
+
+
+def manifest(files: Dict[str, bytes], root: str = "inductor") -> List[dict]:
+    return [{"root": root, "path": p, "sha256": sha(d), "size": len(d), "mode": 0o644} for p, d in files.items()]
+
+
+def publish_body(files: Dict[str, bytes], k: Optional[dict] = None, **extra) -> dict:
+    return {"key": k or key(), "roots": {"inductor": "/cache/inductor"}, "files": manifest(files), **extra}
+
+
+def put_blob(client, target: dict, data: bytes):
+    """PUT to an upload target: the service's own endpoint (test client) or a presigned S3 URL."""
+    if target["url"].startswith("/"):
+        return client.put(target["url"], data=data, headers=target.get("headers", {}))
+    resp = requests.put(target["url"], data=data, headers=target.get("headers", {}), timeout=30)
+    return resp
+
+
+def get_blob(client, url: str) -> bytes:
+    if url.startswith("/"):
+        resp = client.get(url)
+        try:
+            assert resp.status_code == 200, resp.data
+            return resp.data
+        finally:
+            resp.close()
+    resp = requests.get(url, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.content
+
+
+def publish(client, files: Dict[str, bytes], k: Optional[dict] = None) -> dict:
+    """Publish ``files`` (path -> bytes) through the API: create, upload identity, commit. Returns the commit answer."""
+    body = publish_body(files, k)
+    resp = client.post("/api/v1/versions", json=body)
+    assert resp.status_code in (200, 201), resp.json
+    answer = resp.json
+    if answer["status"] == "unchanged":
+        return answer
+    by_digest = {sha(d): d for d in files.values()}
+    for item in answer["upload"]:
+        r = put_blob(client, item["targets"]["identity"], by_digest[item["sha256"]])
+        assert r.status_code in (200, 201), getattr(r, "json", None)
+    resp = client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={})
+    assert resp.status_code == 200, resp.json
+    return {**resp.json, "uploaded": [i["sha256"] for i in answer["upload"]]}
+
+
+def resolve_params(k: dict) -> dict:
+    import json
+
+    return {"name": k["name"], "shape": k["shape"], "tags": json.dumps(k["tags"]), **k["env"]}

@@ -1,0 +1,246 @@
+"""The publish / commit / resolve / browse API, on every database x storage backend."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+import zstandard
+from sqlalchemy import func, select, update
+
+from cachesvc.models import Blob, Entry, Version
+from tests.helpers import ENV, get_blob, key, publish, publish_body, put_blob, resolve_params, sha
+
+FILES = {"fxgraph/ab/graph1": b"graph" * 100, "ab/cabc.py": b"code" * 300, "ab/cabc.so": b"\x7fELF" + bytes(5000)}
+
+
+def count(app, model) -> int:
+    with app.extensions["cachesvc"].db.session() as s:
+        return s.scalar(select(func.count()).select_from(model))
+
+
+def test_publish_then_resolve_returns_every_file_and_fetchable_blobs(client):
+    k = key()
+    done = publish(client, FILES, k)
+    assert done["status"] == "committed"
+    resp = client.get("/api/v1/resolve", query_string=resolve_params(k))
+    assert resp.status_code == 200
+    answer = resp.json
+    assert answer["hit"] is True
+    assert {f["path"] for f in answer["files"]} == set(FILES)
+    for f in answer["files"]:
+        blob = answer["blobs"][f["sha256"]]
+        assert blob["encoding"] == "identity"
+        assert get_blob(client, blob["url"]) == FILES[f["path"]]
+    assert answer["version"]["total_bytes"] == sum(map(len, FILES.values()))
+
+
+def test_zstd_upload_is_stored_compressed_and_served_as_stored(client):
+    data = b"abc" * 10000
+    body = publish_body({"big": data})
+    answer = client.post("/api/v1/versions", json=body).json
+    packed = zstandard.ZstdCompressor().compress(data)
+    assert put_blob(client, answer["upload"][0]["targets"]["zstd"], packed).status_code in (200, 201)
+    resp = client.post(f"/api/v1/versions/{answer['version']['id']}/commit",
+                       json={"uploaded": [{"sha256": sha(data), "encoding": "zstd"}]})
+    assert resp.status_code == 200, resp.json
+    blob = client.get("/api/v1/resolve", query_string=resolve_params(key())).json["blobs"][sha(data)]
+    assert blob["encoding"] == "zstd" and blob["stored_size"] == len(packed) and blob["size"] == len(data)
+    assert zstandard.ZstdDecompressor().decompress(get_blob(client, blob["url"])) == data
+
+
+def test_version_is_invisible_until_every_blob_is_stored(client, app):
+    answer = client.post("/api/v1/versions", json=publish_body(FILES)).json
+    first = answer["upload"][0]
+    put_blob(client, first["targets"]["identity"], next(d for d in FILES.values() if sha(d) == first["sha256"]))
+    resp = client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={})
+    assert resp.status_code == 409
+    assert resp.json["error"]["code"] == "blobs_missing"
+    assert len(resp.json["error"]["details"]["missing"]) == len(FILES) - 1
+    miss = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
+    assert miss == {"hit": False, "reason": "the entry has no committed version"}
+    assert client.get("/api/v1/entries").json["total"] == 0
+
+
+def test_identical_content_creates_no_version_and_uploads_nothing(client, app):
+    first = publish(client, FILES)
+    again = client.post("/api/v1/versions", json=publish_body(FILES))
+    assert again.status_code == 200
+    assert again.json["status"] == "unchanged"
+    assert again.json["upload"] == []
+    assert again.json["version"]["id"] == first["version"]["id"]
+    assert count(app, Version) == 1
+
+
+def test_second_publish_after_one_file_changed_uploads_that_file_alone(client):
+    publish(client, FILES)
+    changed = dict(FILES, **{"ab/cabc.py": b"new code" * 50})
+    answer = client.post("/api/v1/versions", json=publish_body(changed)).json
+    assert answer["status"] == "pending"
+    assert [u["sha256"] for u in answer["upload"]] == [sha(changed["ab/cabc.py"])]
+
+
+def test_a_file_shared_by_two_keys_is_stored_once(client, app):
+    publish(client, FILES, key(shape="f32[8,256]"))
+    second = publish(client, dict(FILES, extra=b"x" * 10), key(shape="f32[16,256]"))
+    assert second["uploaded"] == [sha(b"x" * 10)]
+    assert count(app, Blob) == len(FILES) + 1
+    assert count(app, Entry) == 2
+
+
+def test_concurrent_publishes_of_the_same_content_commit_one_version(client, app):
+    a = client.post("/api/v1/versions", json=publish_body(FILES)).json
+    b = client.post("/api/v1/versions", json=publish_body(FILES)).json
+    assert a["status"] == b["status"] == "pending"
+    for item in a["upload"]:
+        put_blob(client, item["targets"]["identity"], next(d for d in FILES.values() if sha(d) == item["sha256"]))
+    first = client.post(f"/api/v1/versions/{a['version']['id']}/commit", json={}).json
+    second = client.post(f"/api/v1/versions/{b['version']['id']}/commit", json={}).json
+    assert first["status"] == "committed"
+    assert second["status"] == "unchanged" and second["version"]["id"] == first["version"]["id"]
+    assert count(app, Version) == 1
+
+
+def test_commit_after_the_upload_lease_expired_is_refused(client, app):
+    answer = client.post("/api/v1/versions", json=publish_body(FILES)).json
+    with app.extensions["cachesvc"].db.session() as s:
+        s.execute(update(Version).values(lease_expires_at=dt.datetime(2000, 1, 1)))
+    resp = client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={})
+    assert resp.status_code == 409
+    assert "lease" in resp.json["error"]["message"]
+
+
+def test_resolve_matches_environment_shape_and_tags_exactly(client):
+    k = key(tags={"mode": "default"})
+    publish(client, FILES, k)
+    assert client.get("/api/v1/resolve", query_string=resolve_params(k)).json["hit"] is True
+    for other in (key(tags={"mode": "max-autotune"}), key(tags={}), key(shape="f32[16,256]"),
+                  {**k, "env": {**k["env"], "torch": "2.13.1"}}, {**k, "env": {**k["env"], "device": "NVIDIA H200"}}):
+        answer = client.get("/api/v1/resolve", query_string=resolve_params(other)).json
+        assert answer["hit"] is False, other
+
+
+def test_resolve_takes_the_newest_version_and_counts_restores(client):
+    publish(client, {"a": b"1"})
+    newest = publish(client, {"a": b"2"})
+    answer = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
+    assert answer["version"]["id"] == newest["version"]["id"]
+    client.get("/api/v1/resolve", query_string=resolve_params(key()))
+    entry = client.get("/api/v1/entries").json["entries"][0]
+    assert entry["restore_count"] == 2 and entry["last_restored_at"] is not None and entry["versions"] == 2
+
+
+@pytest.mark.parametrize("field,value", [("name", "bert"), ("shape", "f32[1,1]"), ("torch", "2.12.0"),
+                                         ("triton", "3.6.0"), ("cuda", "cuda-12.8"), ("python", "3.12"),
+                                         ("device", "NVIDIA H200"), ("arch", "sm_90")])
+def test_entries_filter_on_each_key_field(client, field, value):
+    publish(client, {"a": b"1"}, key())
+    if field in ("name", "shape"):
+        target = key(**{field: value})
+    else:
+        target = key(**{field: value})
+    publish(client, {"a": b"2"}, target)
+    rows = client.get("/api/v1/entries", query_string={field: value}).json
+    assert rows["total"] == 1
+    row = rows["entries"][0]
+    assert (row[field] if field in ("name", "shape") else row["env"][field]) == value
+    assert row["size"] == 1 and row["versions"] == 1
+
+
+def test_entries_filter_on_tags_and_paginate(client):
+    for i in range(5):
+        publish(client, {"a": bytes([i])}, key(tags={"mode": "a" if i % 2 else "b"}, shape=f"f32[{i}]"))
+    assert client.get("/api/v1/entries", query_string={"tags": json.dumps({"mode": "a"})}).json["total"] == 2
+    page = client.get("/api/v1/entries", query_string={"limit": 2, "offset": 4}).json
+    assert page["total"] == 5 and len(page["entries"]) == 1
+    detail = client.get(f"/api/v1/entries/{page['entries'][0]['id']}").json
+    assert len(detail["versions"]) == 1
+    assert client.get("/api/v1/entries/999999").status_code == 404
+
+
+def test_blob_upload_whose_bytes_do_not_match_is_refused_and_nothing_stored(client, app, storage):
+    answer = client.post("/api/v1/versions", json=publish_body({"a": b"right"})).json
+    digest = answer["upload"][0]["sha256"]
+    resp = client.put(f"/api/v1/blobs/{digest}?encoding=identity", data=b"wrong")
+    assert resp.status_code == 400
+    assert "hashes to" in resp.json["error"]["message"]
+    resp = client.put(f"/api/v1/blobs/{digest}?encoding=zstd", data=b"not zstd at all")
+    assert resp.status_code == 400
+    assert count(app, Blob) == 0
+    assert [k for k in storage.iter_keys("v1/")] == []
+
+
+def test_blob_upload_not_named_by_a_pending_version_is_refused(client, storage):
+    resp = client.put(f"/api/v1/blobs/{sha(b'stray')}", data=b"stray")
+    assert resp.status_code == 400
+    assert "pending version" in resp.json["error"]["message"]
+    assert list(storage.iter_keys("v1/")) == []
+
+
+BAD = {
+    "absolute path": lambda b: b["files"][0].update(path="/etc/passwd"),
+    "dot-dot path": lambda b: b["files"][0].update(path="a/../../x"),
+    "empty path": lambda b: b["files"][0].update(path=""),
+    "overlong path": lambda b: b["files"][0].update(path="a/" * 600),
+    "bad sha256": lambda b: b["files"][0].update(sha256="xyz"),
+    "negative size": lambda b: b["files"][0].update(size=-1),
+    "huge size": lambda b: b["files"][0].update(size=2**70),
+    "size as string": lambda b: b["files"][0].update(size="12"),
+    "unknown field": lambda b: b.update(surprise=1),
+    "unknown env field": lambda b: b["key"]["env"].update(gpu="x"),
+    "missing env field": lambda b: b["key"]["env"].pop("torch"),
+    "empty name": lambda b: b["key"].update(name=""),
+    "duplicate path": lambda b: b["files"].append(dict(b["files"][0])),
+    "root not declared": lambda b: b["files"][0].update(root="pch"),
+    "relative root path": lambda b: b.update(roots={"inductor": "cache"}),
+    "two sizes for one sha": lambda b: b["files"].append(dict(b["files"][0], path="other", size=3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_manifest_gets_4xx_naming_the_problem_and_stores_nothing(client, app, case):
+    body = publish_body({"a/b": b"data"})
+    BAD[case](body)
+    resp = client.post("/api/v1/versions", json=body)
+    assert 400 <= resp.status_code < 500, resp.json
+    err = resp.json["error"]
+    assert err["code"] in ("invalid_request", "payload_too_large") and err["message"]
+    assert count(app, Version) == 0
+
+
+def test_malformed_json_and_wrong_content_type_get_4xx(client):
+    resp = client.post("/api/v1/versions", data="{not json", content_type="application/json")
+    assert 400 <= resp.status_code < 500 and "error" in resp.json
+    resp = client.post("/api/v1/versions", data="key=1", content_type="application/x-www-form-urlencoded")
+    assert 400 <= resp.status_code < 500 and "error" in resp.json
+
+
+def test_too_many_files_is_refused(client, app):
+    app.extensions["cachesvc"].settings["MAX_FILES"] = 3
+    resp = client.post("/api/v1/versions", json=publish_body({f"f{i}": bytes([i]) for i in range(4)}))
+    assert resp.status_code == 413
+    assert "CACHESVC_MAX_FILES" in resp.json["error"]["message"]
+
+
+def test_resolve_with_bad_query_gets_4xx(client):
+    resp = client.get("/api/v1/resolve", query_string={"name": "x"})
+    assert resp.status_code == 422 and "shape" in resp.json["error"]["message"]
+    resp = client.get("/api/v1/resolve", query_string={**resolve_params(key()), "tags": "[1,2]"})
+    assert resp.status_code == 400 and "tags" in resp.json["error"]["message"]
+    assert client.get("/api/v1/entries", query_string={"limit": "many"}).status_code == 422
+
+
+def test_unknown_routes_and_versions_answer_json_404(client):
+    assert client.get("/api/v1/versions/12345").json["error"]["code"] == "not_found"
+    assert client.get("/api/v1/nothing").json["error"]["code"] == "not_found"
+    assert client.get("/api/v1/blobs/" + "0" * 64).status_code == 404
+
+
+def test_healthz_and_openapi_document(client):
+    assert client.get("/healthz").json["status"] == "ok"
+    spec = client.get("/api/v1/openapi.json").json
+    assert spec["info"]["title"] == "cachesvc"
+    paths = set(spec["paths"])
+    for rule in client.application.url_map.iter_rules():
+        if rule.rule.startswith("/api/v1/") and "openapi" not in rule.rule and "static" not in rule.endpoint:
+            assert rule.rule.replace("<int:", "{").replace("<", "{").replace(">", "}") in paths, rule.rule

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
@@ -21,6 +22,12 @@ class LocalStorage(Storage):
         return self.root / key
 
     def put_file(self, key: str, path: str) -> None:
+        try:
+            self._put_file(key, path)
+        except OSError as exc:
+            raise StorageError(f"cannot store {key}: {exc}") from None
+
+    def _put_file(self, key: str, path: str) -> None:
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -51,20 +58,27 @@ class LocalStorage(Storage):
     def open(self, key: str) -> BinaryIO:
         try:
             return open(self._path(key), "rb")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise BlobNotFound(key) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {key}: {exc}") from None
 
     def stat(self, key: str) -> Optional[int]:
         try:
-            return self._path(key).stat().st_size
-        except FileNotFoundError:
+            st = self._path(key).stat()
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            raise StorageError(f"cannot stat {key}: {exc}") from None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
 
     def delete(self, key: str) -> None:
         try:
             self._path(key).unlink()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             pass
+        except OSError as exc:
+            raise StorageError(f"cannot delete {key}: {exc}") from None
 
     def iter_keys(self, prefix: str = "") -> Iterator[str]:
         for dirpath, dirnames, filenames in os.walk(self.root):

@@ -5,6 +5,7 @@ through the service. botocore errors are translated here and go no further.
 """
 from __future__ import annotations
 
+import io
 import os
 from typing import BinaryIO, Dict, Iterator, Optional
 
@@ -36,6 +37,33 @@ def _client(endpoint_url, region, access_key, secret_key, timeouts=True):
     )
 
 
+class _Body(io.RawIOBase):
+    """botocore's StreamingBody, with its errors turned into StorageError."""
+
+    def __init__(self, body, key: str):
+        self._body, self._key = body, key
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self._body.read(None if size is None or size < 0 else size)
+        except Exception as exc:
+            raise StorageError(f"S3 download of {self._key} broke off: {type(exc).__name__}: {exc}") from None
+
+    def readinto(self, buf) -> int:
+        data = self.read(len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._body.close()
+        finally:
+            super().close()
+
+
 class S3Storage(Storage):
     def __init__(self, bucket: str, prefix: str = "", endpoint_url: Optional[str] = None, region: str = "us-east-1",
                  access_key: Optional[str] = None, secret_key: Optional[str] = None, presign: bool = True,
@@ -65,7 +93,7 @@ class S3Storage(Storage):
     def put_file(self, key: str, path: str) -> None:
         try:
             self._s3.upload_file(path, self.bucket, self._key(key), Config=self._transfer)
-        except (ClientError, BotoCoreError) as exc:
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
             raise self._translate(exc, key) from None
         finally:
             if os.path.exists(path):
@@ -73,14 +101,14 @@ class S3Storage(Storage):
 
     def open(self, key: str) -> BinaryIO:
         try:
-            return self._s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
-        except (ClientError, BotoCoreError) as exc:
+            return _Body(self._s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"], key)
+        except Exception as exc:  # botocore raises more than ClientError/BotoCoreError (e.g. AttributeError on 5xx)
             raise self._translate(exc, key) from None
 
     def stat(self, key: str) -> Optional[int]:
         try:
             return int(self._s3.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"])
-        except (ClientError, BotoCoreError) as exc:
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
             err = self._translate(exc, key)
             if isinstance(err, BlobNotFound):
                 return None
@@ -89,7 +117,7 @@ class S3Storage(Storage):
     def delete(self, key: str) -> None:
         try:
             self._s3.delete_object(Bucket=self.bucket, Key=self._key(key))
-        except (ClientError, BotoCoreError) as exc:
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
             err = self._translate(exc, key)
             if not isinstance(err, BlobNotFound):
                 raise err from None
@@ -101,7 +129,7 @@ class S3Storage(Storage):
             for page in pages:
                 for obj in page.get("Contents", []):
                     yield obj["Key"][strip:]
-        except (ClientError, BotoCoreError) as exc:
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
             raise self._translate(exc, prefix) from None
 
     def upload_target(self, key: str, expires: int) -> Optional[Dict]:

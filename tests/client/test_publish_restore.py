@@ -1,0 +1,289 @@
+"""CacheClient against a live service: publish, restore, and what restore refuses."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, update
+
+from cachesvc.models import Version, VersionFile
+from cachesvc_client import CacheClient, CacheClientError
+from tests.helpers import ENV, sha
+
+NAME, SHAPE = "mlp", "f32[8,256]"
+
+
+def enter_container(monkeypatch, root: Path) -> Path:
+    """Make this process look like a fresh container rooted at ``root`` (own HOME, TMPDIR, cache dir)."""
+    for sub in ("home", "tmp", "cache"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("HOME", str(root / "home"))
+    monkeypatch.setenv("TMPDIR", str(root / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(root / "tmp"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root / "cache"))
+    for var in ("TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    return root
+
+
+def write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(mode)
+
+
+def fill(root: Path) -> dict:
+    """Files like a warm CPU/GPU process leaves, in every root; returns {abs path: bytes} of what must travel."""
+    user = os.environ.get("USER") or __import__("getpass").getuser()
+    files = {
+        root / "cache/fxgraph/3a/fkey/entry": b"fx" * 500,
+        root / "cache/aotautograd/akey/entry": b"aot" * 300,
+        root / "cache/sj/csj.main.cpp": b"int main(){}" * 50,
+        root / "cache/sj/csj.main.so": b"\x7fELF" + os.urandom(20000),
+        root / "cache/triton/0/KEY/kernel.cubin": os.urandom(4000),
+        root / f"tmp/torchinductor_{user}/precompiled_headers/cgd6.h": b"#include <x>\n",
+        root / f"tmp/torchinductor_{user}/precompiled_headers/cgd6.h.gch": b"G" * 300000,
+        root / "home/.triton/cache/LAUNCH/launcher.so": os.urandom(3000),
+    }
+    for p, d in files.items():
+        write(p, d, 0o755 if p.suffix == ".so" else 0o644)
+    # junk and things that must not travel
+    write(root / "cache/locks/abc.lock", b"")
+    write(root / "cache/sj/csj.main.so.12.34.tmp", b"half")
+    write(root / f"tmp/torchinductor_{user}/precompiled_headers/locks/cgd6.lock", b"")
+    (root / "cache/link.so").symlink_to(root / "cache/sj/csj.main.so")
+    return files
+
+
+def client_for(url: str, **kw) -> CacheClient:
+    return CacheClient(url, timeout=kw.pop("timeout", 10), **kw)
+
+
+def rebase(files: dict, old: Path, new: Path) -> dict:
+    return {new / p.relative_to(old): d for p, d in files.items()}
+
+
+def test_restore_brings_every_root_back_byte_for_byte(live_server, tmp_path, monkeypatch):
+    a = enter_container(monkeypatch, tmp_path / "a")
+    files = fill(a)
+    report = client_for(live_server.url).publish(NAME, SHAPE, env=ENV)
+    assert report.status == "committed" and report.files == len(files)
+    assert set(report.roots) == {"inductor", "pch", "triton"}
+
+    b = enter_container(monkeypatch, tmp_path / "b")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")  # restore must set it
+    got = client_for(live_server.url, cache_dir=str(b / "cache")).restore(NAME, SHAPE, env=ENV)
+    assert got.hit and not got.failed, got
+    assert got.files == len(files) and got.bytes_written == sum(map(len, files.values()))
+    for path, data in rebase(files, a, b).items():
+        assert path.read_bytes() == data, path
+        assert bool(path.stat().st_mode & stat.S_IXUSR) == (path.suffix == ".so"), path
+    assert not (b / "cache/locks").exists() and not (b / "cache/link.so").exists()
+    assert not list(b.rglob("*.tmp")), "no temp file may be left behind"
+
+
+def test_second_publish_uploads_only_the_changed_file_and_identical_publish_nothing(live_server, tmp_path,
+                                                                                      monkeypatch):
+    a = enter_container(monkeypatch, tmp_path / "a")
+    fill(a)
+    client = client_for(live_server.url)
+    first = client.publish(NAME, SHAPE, env=ENV)
+    assert first.uploaded_blobs == first.files
+    write(a / "cache/sj/csj.main.cpp", b"changed")
+    second = client.publish(NAME, SHAPE, env=ENV)
+    assert second.status == "committed" and second.version_id != first.version_id
+    assert second.uploaded_blobs == 1 and second.uploaded_bytes <= len(b"changed") + 64
+    third = client.publish(NAME, SHAPE, env=ENV)
+    assert third.status == "unchanged" and third.uploaded_blobs == 0 and third.version_id == second.version_id
+
+
+@pytest.fixture
+def published(live_server, tmp_path, monkeypatch, sqlite_url):
+    """One version published from container a; returns (url, a, files)."""
+    a = enter_container(monkeypatch, tmp_path / "a")
+    files = fill(a)
+    client_for(live_server.url).publish(NAME, SHAPE, env=ENV)
+    return live_server, a, files
+
+
+@pytest.fixture
+def local_live_server(request):
+    """live_server on SQLite + the local backend only (tests of client behaviour, not of backends)."""
+    return request.getfixturevalue("live_server")
+
+
+pytestmark_local = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark_storage = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_restore_skips_files_already_present_and_never_deletes_others(published, tmp_path, monkeypatch):
+    server, a, files = published
+    b = enter_container(monkeypatch, tmp_path / "b")
+    mine = b / "cache/mine/own.txt"
+    write(mine, b"not from the cache")
+    client = client_for(server.url)
+    first = client.restore(NAME, SHAPE, env=ENV)
+    assert first.files == len(files)
+    again = client.restore(NAME, SHAPE, env=ENV)
+    assert again.hit and again.files == 0 and again.files_present == len(files) and again.bytes == 0
+    one = b / "cache/sj/csj.main.cpp"
+    write(one, b"damaged")
+    third = client.restore(NAME, SHAPE, env=ENV)
+    assert third.files == 1 and one.read_bytes() == files[a / "cache/sj/csj.main.cpp"]
+    assert mine.read_bytes() == b"not from the cache"
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_restore_of_unknown_key_is_a_miss_with_a_reason(published, tmp_path, monkeypatch):
+    server, _, _ = published
+    enter_container(monkeypatch, tmp_path / "b")
+    report = client_for(server.url).restore(NAME, "f32[1,1]", env=ENV)
+    assert not report.hit and report.reason == "no entry has this key"
+    wrong_gpu = client_for(server.url).restore(NAME, SHAPE, env=dict(ENV, device="NVIDIA H100 80GB HBM3"))
+    assert not wrong_gpu.hit
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_corrupt_blob_is_never_written_and_is_named_in_the_report(published, tmp_path, monkeypatch):
+    server, a, files = published
+    victim = files[a / "cache/sj/csj.main.cpp"]
+    blob_dir = Path(server.app.extensions["cachesvc"].storage.root)
+    stored = next(p for p in blob_dir.rglob(f"{sha(victim)}*"))
+    stored.write_bytes(b"tampered" * 10)
+    b = enter_container(monkeypatch, tmp_path / "b")
+    report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
+    assert report.hit and len(report.failed) == 1 and "csj.main.cpp" in report.failed[0]
+    assert not (b / "cache/sj/csj.main.cpp").exists()
+    assert (b / "cache/sj/csj.main.so").exists()
+    assert not list(b.rglob("*.tmp"))
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_manifest_pointing_outside_the_cache_dir_is_refused_whole(published, tmp_path, monkeypatch):
+    server, a, files = published
+    with server.app.extensions["cachesvc"].db.session() as s:  # what a compromised index could hold
+        vid = s.query(Version.id).scalar()
+        digest = sha(files[a / "cache/sj/csj.main.cpp"])
+        s.execute(insert(VersionFile).values(version_id=vid, root="inductor", path="../../escaped.txt",
+                                             digest=digest, size=len(files[a / "cache/sj/csj.main.cpp"]),
+                                             mode=0o644))
+    b = enter_container(monkeypatch, tmp_path / "b")
+    report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
+    assert not report.hit and "path rules" in report.reason
+    assert not any((b / "cache").iterdir()) or list((b / "cache").rglob("*")) == [b / "cache/.cachesvc"]
+    assert not (tmp_path / "escaped.txt").exists() and not (b / "escaped.txt").exists()
+    with pytest.raises(CacheClientError):
+        client_for(server.url).restore(NAME, SHAPE, env=ENV, strict=True)
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_restore_does_not_write_through_a_symlink_in_the_cache_dir(published, tmp_path, monkeypatch):
+    server, _, files = published
+    b = enter_container(monkeypatch, tmp_path / "b")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (b / "cache/sj").symlink_to(outside)
+    report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
+    assert report.hit
+    assert len(report.failed) == 2 and all("symlink" in f for f in report.failed)
+    assert list(outside.iterdir()) == []
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_service_down_gives_a_miss_quickly_and_strict_raises(tmp_path, monkeypatch):
+    enter_container(monkeypatch, tmp_path / "b")
+    client = CacheClient(f"http://127.0.0.1:{closed_port()}", timeout=3)
+    t = time.monotonic()
+    report = client.restore(NAME, SHAPE, env=ENV)
+    assert not report.hit and report.reason.startswith("error:")
+    assert time.monotonic() - t < 10
+    with pytest.raises(CacheClientError):
+        client.restore(NAME, SHAPE, env=ENV, strict=True)
+
+
+def test_service_that_accepts_and_never_answers_gives_a_miss_within_the_timeout(tmp_path, monkeypatch):
+    enter_container(monkeypatch, tmp_path / "b")
+    with socket.socket() as silent:  # the kernel accepts connections; nobody ever reads or answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        client = CacheClient(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=2)
+        t = time.monotonic()
+        report = client.restore(NAME, SHAPE, env=ENV)
+        elapsed = time.monotonic() - t
+    assert not report.hit and "error" in report.reason
+    assert elapsed < 8, elapsed
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_cli_publish_and_restore(published, tmp_path):
+    server, a, files = published
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_"))}
+    b = tmp_path / "cli"
+    env.update(HOME=str(b / "home"), TMPDIR=str(b / "tmp"), CACHESVC_URL=server.url,
+               **{f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()})
+    for d in ("home", "tmp"):
+        (b / d).mkdir(parents=True)
+    cli = [sys.executable, "-m", "cachesvc_client.cli"]
+    out = subprocess.run(cli + ["restore", "--name", NAME, "--shape", SHAPE, "--cache-dir", str(b / "cache"),
+                                "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["hit"] and report["files"] == len(files)
+    assert (b / "cache/sj/csj.main.so").read_bytes() == files[a / "cache/sj/csj.main.so"]
+    miss = subprocess.run(cli + ["restore", "--name", "other", "--shape", SHAPE, "--strict", "-q"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert miss.returncode == 1 and "miss" in miss.stderr
+    write(b / "cache/new/file.py", b"print(1)")
+    pub = subprocess.run(cli + ["publish", "--name", NAME, "--shape", SHAPE, "--cache-dir", str(b / "cache"),
+                                "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert pub.returncode == 0, pub.stderr
+    assert json.loads(pub.stdout)["uploaded_blobs"] == 1
+    bad = subprocess.run(cli + ["restore", "--name", NAME, "--shape", SHAPE, "--tag", "novalue"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+
+
+def test_client_imports_and_runs_without_server_dependencies_or_torch(tmp_path):
+    code = r'''
+import sys, importlib.abc
+BLOCK = ("flask", "flask_smorest", "sqlalchemy", "alembic", "boto3", "botocore", "psycopg", "marshmallow",
+         "torch", "triton", "cachesvc.")
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.startswith(BLOCK) or name in ("cachesvc",) or any(name.startswith(b + ".") for b in BLOCK):
+            raise ImportError(f"blocked: {name}")
+sys.meta_path.insert(0, Blocker())
+import cachesvc_client
+from cachesvc_client import CacheClient, shape_signature, environment
+class T:
+    shape, dtype = (8, 256), "torch.float32"
+assert shape_signature(T(), [T()]) == "f32[8,256],f32[8,256]"
+env = environment()
+assert env["torch"] == "none", env
+r = CacheClient("http://127.0.0.1:9", timeout=1, cache_dir=sys.argv[1]).restore("m", "s")
+assert not r.hit
+print("OK")
+'''
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "HOME": str(tmp_path)})
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr

@@ -96,6 +96,7 @@ def version_summary(v: Version) -> dict:
         "total_bytes": v.total_bytes,
         "roots": v.roots,
         "compile_seconds": v.compile_seconds,
+        "meta": v.meta or {},
         "created_at": iso(v.created_at),
         "committed_at": iso(v.committed_at),
         "last_restored_at": iso(v.last_restored_at),

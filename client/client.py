@@ -83,6 +83,8 @@ class CacheClient:
         if not self._cache_dir_given:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
         log.info("%s", report.summary())
+        for warning in report.warnings:
+            log.warning("cachesvc restore: %s", warning)
         if report.failed:
             log.warning("cachesvc restore left out %d file(s); first: %s", len(report.failed), report.failed[0])
         if strict and not report.hit:

@@ -22,6 +22,18 @@ from .report import PublishReport
 log = logging.getLogger("cachesvc_client")
 
 
+def torch_dir() -> Optional[str]:
+    """Where torch is installed. Inductor's C++ cache keys hold its include paths, so a
+    restore into a container with torch elsewhere hits the graph cache but rebuilds kernels."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec and spec.origin else None
+
+
 def _sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -60,7 +72,8 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         "roots": {r.role: os.path.abspath(r.path) for r in roots},
         "files": files,
         "compile_seconds": compile_seconds,
-        "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid())},
+        "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid()),
+                 "torch_dir": torch_dir() or ""},
     }
     answer = api.create_version(body)
     report = PublishReport(status=answer["status"], name=key["name"], shape=key["shape"],

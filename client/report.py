@@ -23,6 +23,7 @@ class RestoreReport:
     failed: List[str] = field(default_factory=list)  # "role:path: why", left out of the restore
     roots: Dict[str, str] = field(default_factory=dict)  # role -> local folder restored into
     reason: str = ""          # why a miss was a miss
+    warnings: List[str] = field(default_factory=list)  # things that will cost compile time despite the hit
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

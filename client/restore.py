@@ -34,6 +34,7 @@ from . import keys, roots as roots_mod, transfer
 from .errors import CacheClientError, IntegrityError, ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
+from .publish import torch_dir
 from .report import RestoreReport
 
 log = logging.getLogger("cachesvc_client")
@@ -131,6 +132,12 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
     files, blobs, version = answer["files"], answer["blobs"], answer["version"]
     check_manifest(files)
     report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
+    published_torch = (version.get("meta") or {}).get("torch_dir")
+    here = torch_dir()
+    if published_torch and here and published_torch != here:
+        report.warnings.append(f"torch is installed at {here} here but was at {published_torch} when published: "
+                               "Inductor's C++ kernels key on that path and will be rebuilt; install torch at the "
+                               "same path in every container")
 
     local: Dict[str, Optional[str]] = {}
     for role in {f["root"] for f in files}:

@@ -376,37 +376,3 @@ def live_server(app) -> Iterator[LiveServer]:
     server.start()
     yield server
     server.stop()
-
-
-# -------------------------------------------------------------- fresh containers
-
-# Variables that would let a "fresh container" see the host's caches or settings.
-_HOST_ONLY_PREFIXES = ("TORCHINDUCTOR_", "TRITON_", "CACHESVC_")
-_HOST_ONLY_NAMES = ("XDG_CACHE_HOME",)  # torch and triton fall back to it for their caches
-
-
-def make_container_env(root: Path) -> Dict[str, str]:
-    """Environment for a subprocess that should behave like a new container.
-
-    It gets its own empty HOME, TMPDIR and TORCHINDUCTOR_CACHE_DIR under
-    ``root``; everything else (PATH, PYTHONPATH, ...) is inherited unchanged.
-    """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(_HOST_ONLY_PREFIXES) and k not in _HOST_ONLY_NAMES}
-    for var, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("TORCHINDUCTOR_CACHE_DIR", "inductor-cache")):
-        path = root / sub
-        path.mkdir(parents=True, exist_ok=False)
-        env[var] = str(path)
-    return env
-
-
-@pytest.fixture
-def container(tmp_path) -> Callable[[str], Dict[str, str]]:
-    """Factory: ``container("a")`` -> env dict for ``subprocess.run(..., env=...)`` of a new container.
-
-    Each name gets its own directories under ``<tmp_path>/containers/<name>``.
-    """
-    def make(name: str = "container") -> Dict[str, str]:
-        return make_container_env(tmp_path / "containers" / name)
-
-    return make

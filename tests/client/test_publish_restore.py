@@ -287,3 +287,13 @@ print("OK")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "HOME": str(tmp_path)})
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_restore_warns_when_torch_lives_at_another_path(published, tmp_path, monkeypatch):
+    server, _, _ = published
+    enter_container(monkeypatch, tmp_path / "b")
+    monkeypatch.setattr("cachesvc_client.restore.torch_dir", lambda: "/elsewhere/site-packages/torch")
+    report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
+    assert report.hit and len(report.warnings) == 1 and "/elsewhere/site-packages/torch" in report.warnings[0]

@@ -29,6 +29,14 @@ class ServiceProcess:
         self.extra_env = env or {}
         self.workers = workers
         self.proc: Optional[subprocess.Popen] = None
+        self.token: Optional[str] = None  # a write token, when the service requires one
+
+    def client_env(self) -> Dict[str, str]:
+        """What a client process needs to reach this service (URL, and a token when there is one)."""
+        env = {"CACHESVC_URL": self.url}
+        if self.token:
+            env["CACHESVC_TOKEN"] = self.token
+        return env
 
     def start(self, timeout: float = 60) -> "ServiceProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -297,3 +297,29 @@ def test_restore_warns_when_torch_lives_at_another_path(published, tmp_path, mon
     monkeypatch.setattr("cachesvc_client.restore.torch_dir", lambda: "/elsewhere/site-packages/torch")
     report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
     assert report.hit and len(report.warnings) == 1 and "/elsewhere/site-packages/torch" in report.warnings[0]
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_ranks_restoring_into_one_cache_dir_at_once_write_each_file_once(published, tmp_path):
+    server, a, files = published
+    b = tmp_path / "shared-host"
+    for d in ("home", "tmp", "cache"):
+        (b / d).mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))}
+    env.update(HOME=str(b / "home"), TMPDIR=str(b / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(b / "cache"),
+               CACHESVC_URL=server.url, **{f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()})
+    code = ("import json; from cachesvc_client import CacheClient\n"
+            f"r = CacheClient(timeout=30).restore({NAME!r}, {SHAPE!r})\n"
+            "print(json.dumps(r.to_dict()))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(6)]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out))
+    assert all(r["hit"] and not r["failed"] for r in reports)
+    assert sum(r["files"] for r in reports) == len(files), "each file is written by exactly one rank"
+    for path, data in rebase(files, a, b).items():
+        assert path.read_bytes() == data

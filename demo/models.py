@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def build(name: str, device: str = "cpu"):
-    """Return (model, example_inputs) for ``name``: mlp | mlp-wide | encoder."""
+    """Return (model, example_inputs) for ``name``: mlp | mlp-b16 | encoder | encoder6 | resnet50."""
     import torch
     from torch import nn
 
@@ -18,7 +18,16 @@ def build(name: str, device: str = "cpu"):
         layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True, dropout=0.0)
         model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         inputs = (torch.randn(4, 32, 128),)
+    elif name == "encoder6":  # the GPU transformer: 6 layers, d=512, batch 8, sequence 128
+        layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True, dropout=0.0)
+        model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
+        inputs = (torch.randn(8, 128, 512),)
+    elif name == "resnet50":
+        import torchvision
+
+        model = torchvision.models.resnet50(weights=None)
+        inputs = (torch.randn(8, 3, 224, 224),)
     else:
-        raise SystemExit(f"unknown model {name!r}: mlp, mlp-b16, encoder")
+        raise SystemExit(f"unknown model {name!r}: mlp, mlp-b16, encoder, encoder6, resnet50")
     model = model.to(device).eval()
     return model, tuple(x.to(device) for x in inputs)

@@ -25,6 +25,7 @@ def main() -> None:
     p.add_argument("--restore", action="store_true")
     p.add_argument("--publish", action="store_true")
     p.add_argument("--mode", default="default", help="torch.compile mode")
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
     args = p.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from demo.models import build
@@ -36,7 +37,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    model, inputs = build(args.model)
+    model, inputs = build(args.model, args.device)
     name = args.name or args.model
     shape = shape_signature(*inputs)
     tags = {"mode": args.mode}
@@ -49,11 +50,14 @@ def main() -> None:
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
     with torch.no_grad():
         compiled(*inputs)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
     out["first_call_s"] = time.perf_counter() - t
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}
     out["counters"].update({k: v for k, v in counters["aot_autograd"].items() if "cache" in k})
+    out["counters_all"] = {group: dict(c) for group, c in counters.items() if c}
     out["cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if args.publish:
         t = time.perf_counter()

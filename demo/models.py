@@ -3,17 +3,23 @@ from __future__ import annotations
 
 
 def build(name: str, device: str = "cpu"):
-    """Return (model, example_inputs) for ``name``: mlp | mlp-b16 | encoder | encoder6 | resnet50."""
+    """Return (model, example_inputs) for ``name``: mlp | mlp-b<N> | encoder | encoder6 | resnet50.
+
+    ``mlp-b<N>`` is the mlp with batch N (shape variants of one model: one key each).
+    """
     import torch
     from torch import nn
 
     torch.manual_seed(0)
+    # The fused eval fast path of nn.TransformerEncoder is one opaque kernel: Inductor would
+    # have nothing to compile. Off, the encoder compiles (and autotunes) like a real model.
+    torch.backends.mha.set_fastpath_enabled(False)
     if name == "mlp":
         model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
         inputs = (torch.randn(8, 256),)
-    elif name == "mlp-b16":  # same model, another input shape: a second key
+    elif name.startswith("mlp-b") and name[5:].isdigit():  # same model, another input shape: another key
         model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-        inputs = (torch.randn(16, 256),)
+        inputs = (torch.randn(int(name[5:]), 256),)
     elif name == "encoder":
         layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True, dropout=0.0)
         model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
@@ -28,6 +34,6 @@ def build(name: str, device: str = "cpu"):
         model = torchvision.models.resnet50(weights=None)
         inputs = (torch.randn(8, 3, 224, 224),)
     else:
-        raise SystemExit(f"unknown model {name!r}: mlp, mlp-b16, encoder, encoder6, resnet50")
+        raise SystemExit(f"unknown model {name!r}: mlp, mlp-b<N>, encoder, encoder6, resnet50")
     model = model.to(device).eval()
     return model, tuple(x.to(device) for x in inputs)

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 from flask import Flask
 from flask_smorest import Api
 
-from . import __version__, config, errors
+from . import __version__, auth, config, errors
 from .db import Database
 from .storage import Storage, from_url
 
@@ -36,19 +36,34 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
         OPENAPI_VERSION="3.0.3",
         OPENAPI_URL_PREFIX="/api/v1",
         OPENAPI_JSON_PATH="openapi.json",
-        API_SPEC_OPTIONS={"info": {"description": "Compilation-cache service for PyTorch: publish and restore "
-                                                  "torch.compile state."}},
+        API_SPEC_OPTIONS={
+            "info": {"description": "Compilation-cache service for PyTorch: publish and restore torch.compile "
+                                    "state. Send `Authorization: Bearer <token>`; scopes nest: admin > write > "
+                                    "read. Anonymous requests may read when CACHESVC_ANONYMOUS_READ is on."},
+            "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
+        },
     )
     db = Database(settings["DATABASE_URL"])
     db.check_schema()
     app.extensions["cachesvc"] = Services(db=db, storage=from_url(settings["STORAGE_URL"], settings),
                                           settings=settings)
 
-    from .api import blobs, entries, health, resolve, versions
+    from . import web
+    from .api import admin, blobs, entries, health, metrics as metrics_api, resolve, stats, versions
+    from .metrics import Metrics
+    from .schemas import ErrorSchema
 
-    api = Api(app)
-    for module in (versions, blobs, resolve, entries, health):
+    metrics = Metrics()
+    app.extensions["cachesvc_metrics"] = metrics
+    metrics.install(app)
+    app.before_request(auth.check_request)  # before any view parses its arguments or body
+    class _Api(Api):
+        ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
+
+    api = _Api(app)
+    for module in (versions, blobs, resolve, entries, stats, admin, health, metrics_api):
         api.register_blueprint(module.blp)
+    app.register_blueprint(web.bp)
     errors.register(app)  # after Api(): our JSON error shape replaces flask-smorest's
     if not app.debug and not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -26,6 +26,9 @@ SETTINGS: Dict[str, tuple] = {
     "MAX_REQUEST_BYTES": (64 * 1024**2, int, "Largest JSON request body."),
     "MAX_BLOB_BYTES": (16 * 1024**3, int, "Largest blob upload through the service (local backend)."),
     "AUTO_MIGRATE": (None, "bool", "Run migrations at `cachesvc serve`; default on for SQLite, off otherwise."),
+    "ANONYMOUS_READ": (None, "bool", "Let requests without a token read (browse, resolve, download, stats); default on for the embedded default (SQLite), off otherwise. Writing always needs a token."),
+    "METRICS_PUBLIC": (True, "bool", "Serve /metrics without a token; off: /metrics needs a token with read scope."),
+    "GC_GRACE_SECONDS": (None, float, "Seconds a purged version's blobs stay after the purge, so restores that already resolved it finish; default PRESIGN_EXPIRES + 3600."),
 }
 
 
@@ -62,4 +65,8 @@ def load(overrides: Optional[Mapping[str, Any]] = None, environ: Optional[Mappin
         cfg["STORAGE_URL"] = (data / "blobs").as_uri()
     if cfg["AUTO_MIGRATE"] is None:
         cfg["AUTO_MIGRATE"] = cfg["DATABASE_URL"].startswith("sqlite")
+    if cfg["ANONYMOUS_READ"] is None:
+        cfg["ANONYMOUS_READ"] = cfg["DATABASE_URL"].startswith("sqlite")
+    if cfg["GC_GRACE_SECONDS"] is None:
+        cfg["GC_GRACE_SECONDS"] = float(cfg["PRESIGN_EXPIRES"]) + 3600
     return cfg

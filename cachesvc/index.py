@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from cachesvc_client import keys
 
 from .errors import InvalidRequest, NotFound
-from .models import Blob, Entry, Version
+from .models import Blob, Entry, Event, Version
 
 
 def iso(t: Optional[dt.datetime]) -> Optional[str]:
@@ -33,6 +33,18 @@ def insert_ignore(session: Session, model, rows: List[dict]) -> None:
     dialect = session.get_bind().dialect.name
     mod = postgresql if dialect == "postgresql" else sqlite
     session.execute(mod.insert(model).on_conflict_do_nothing(), rows)
+
+
+def insert_blobs(session: Session, rows: List[dict]) -> int:
+    """Record stored blobs (ignoring ones already known) and a ``stored`` event with the new bytes."""
+    if not rows:
+        return 0
+    dialect = session.get_bind().dialect.name
+    mod = postgresql if dialect == "postgresql" else sqlite
+    added = session.execute(mod.insert(Blob).on_conflict_do_nothing().returning(Blob.stored_size), rows).scalars().all()
+    if added:
+        session.add(Event(kind="stored", bytes=sum(added)))
+    return sum(added)
 
 
 def get_or_404(session: Session, model, ident, what: str):

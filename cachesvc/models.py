@@ -5,7 +5,11 @@
 
 A version is ``pending`` from publish until commit and ``committed`` after;
 only committed versions are ever resolved, so a publish is visible whole or
-not at all. ``Event`` rows feed the stats (publishes, hits, misses).
+not at all. A purge moves committed versions to ``purged`` (soft delete: see
+``cachesvc.collect`` for when their rows and blobs really go). ``Event`` rows
+feed the stats (publishes, hits, misses, bytes stored and freed);
+``AuditRecord`` rows say who changed what; ``Token`` rows hold the sha256 of
+each bearer token, never the token.
 The schema itself is made by the Alembic migrations in ``migrations/``;
 ``tests/service/test_migrations.py`` checks the two agree.
 """
@@ -63,7 +67,7 @@ class Version(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(32), default="inductor-dir")
-    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | committed
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | committed | purged
     manifest_digest: Mapped[str] = mapped_column(String(64))
     file_count: Mapped[int] = mapped_column(Integer)
     total_bytes: Mapped[int] = mapped_column(BigInteger)
@@ -75,6 +79,7 @@ class Version(Base):
     lease_expires_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
     last_restored_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
     restore_count: Mapped[int] = mapped_column(Integer, default=0)
+    purged_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
 
     entry: Mapped[Entry] = relationship(back_populates="versions")
     files: Mapped[List["VersionFile"]] = relationship(cascade="all, delete-orphan", passive_deletes=True,
@@ -111,7 +116,37 @@ class Event(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
-    kind: Mapped[str] = mapped_column(String(16))  # publish | hit | miss
+    kind: Mapped[str] = mapped_column(String(16))  # publish | hit | miss | stored | freed
     entry_id: Mapped[Optional[int]] = mapped_column(Integer)
     version_id: Mapped[Optional[int]] = mapped_column(Integer)
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    seconds: Mapped[Optional[float]] = mapped_column(Float)  # hit: the version's cold compile seconds, saved
+
+
+class Token(Base):
+    """A bearer token: only its sha256 is kept. ``scope`` is read < write < admin."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (UniqueConstraint("token_hash", name="uq_tokens_token_hash"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    scope: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    revoked_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
+
+
+class AuditRecord(Base):
+    """Who did what, when, and how many bytes it moved (publish, purge, gc, token changes)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    actor: Mapped[str] = mapped_column(String(120))   # "token:<name>", "anonymous" or "cli:<user>"
+    action: Mapped[str] = mapped_column(String(32))   # publish | purge | gc | token.create | token.revoke
+    target: Mapped[str] = mapped_column(String(300), default="")
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    details: Mapped[Dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -15,12 +15,12 @@ import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import index
+from . import collect, index
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Entry, Event, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
@@ -57,6 +57,7 @@ def upload_target(storage: Storage, digest: str, encoding: str, expires: int) ->
 def create_version(session: Session, storage: Storage, settings: dict, body: dict) -> Tuple[int, dict]:
     key, files = body["key"], body["files"]
     sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
+    collect.store_lock(session)  # GC must see this pending version, or run wholly before it
     digest = keys.manifest_digest(files)
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id)
@@ -100,6 +101,7 @@ def _stat_blob(storage: Storage, digest: str, prefer: Optional[str]) -> Optional
 
 
 def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict]) -> dict:
+    collect.store_lock(session)
     version = index.get_or_404(session, Version, version_id, "version")
     if version.state == "committed":
         return {"status": "committed", "version": index.version_summary(version)}
@@ -126,7 +128,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     if missing:
         raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
                            f"commit again", {"missing": missing[:1000]})
-    index.insert_ignore(session, Blob, found)
+    direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
 
     newest = index.newest_committed(session, entry.id)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
@@ -137,4 +139,10 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     version.lease_expires_at = None
     session.add(Event(kind="publish", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes))
     session.flush()
-    return {"status": "committed", "version": index.version_summary(version)}
+    new_bytes = session.scalar(select(func.coalesce(func.sum(Blob.stored_size), 0))
+                               .where(Blob.digest.in_(select(VersionFile.digest)
+                                                      .where(VersionFile.version_id == version.id)),
+                                      Blob.created_at >= version.created_at))
+    # "new", "new_stored_bytes" and "direct_bytes" are for the view (audit, metrics), not the answer
+    return {"status": "committed", "version": index.version_summary(version), "new": True,
+            "new_stored_bytes": int(new_bytes), "direct_bytes": direct_bytes}

@@ -36,7 +36,8 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict) -> di
                     .values(restore_count=Entry.restore_count + 1, last_restored_at=now))
     session.execute(update(Version).where(Version.id == version.id)
                     .values(restore_count=Version.restore_count + 1, last_restored_at=now))
-    session.add(Event(kind="hit", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes))
+    session.add(Event(kind="hit", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes,
+                      seconds=version.compile_seconds))
     return {
         "hit": True,
         "entry": index.entry_summary(entry),

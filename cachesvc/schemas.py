@@ -84,15 +84,66 @@ class ResolveArgs(Schema):
     arch = _text(keys.MAX_ENV_VALUE, required=True)
 
 
+SORTS = ("newest", "largest", "most_restored", "last_restored")
+
+
 class EntryFilterArgs(Schema):
-    name = fields.String()
+    name = fields.String(metadata={"description": "exact name"})
     shape = fields.String()
     tags = fields.String(metadata={"description": "JSON object; entries whose tags equal it"})
+    tag = fields.List(fields.String(validate=validate.Regexp(r"^[^=]+=.*$", error="expected KEY=VALUE")),
+                      metadata={"description": "KEY=VALUE (repeatable); entries whose tags include every pair"})
     torch = fields.String()
     triton = fields.String()
     cuda = fields.String()
     python = fields.String()
     device = fields.String()
     arch = fields.String()
+    sort = fields.String(load_default="newest", validate=validate.OneOf(SORTS),
+                         metadata={"description": "newest (last published), largest (newest version's bytes), "
+                                                  "most_restored, last_restored"})
     limit = fields.Integer(load_default=50, validate=validate.Range(1, 1000))
     offset = fields.Integer(load_default=0, validate=validate.Range(0, 10**9))
+
+
+class StatsArgs(Schema):
+    days = fields.Integer(load_default=30, validate=validate.Range(1, 3660),
+                          metadata={"description": "days in the daily series"})
+
+
+class PurgeSchema(Schema):
+    not_restored_for = fields.Float(validate=validate.Range(0, 10**5), metadata={
+        "description": "days since the version was last restored (a version never restored: since it was created)"})
+    older_than = fields.Float(validate=validate.Range(0, 10**5), metadata={"description": "days since created"})
+    keep_latest = fields.Integer(strict=True, validate=validate.Range(0, 10**6),
+                                 metadata={"description": "keep this many newest versions of every key"})
+    torch_version = fields.String(validate=validate.Length(min=1, max=200))
+    name = fields.String(validate=validate.Length(min=1, max=200))
+    device = fields.String(validate=validate.Length(min=1, max=200))
+    max_total_bytes = fields.Integer(strict=True, validate=validate.Range(0, 2**62), metadata={
+        "description": "evict the least recently restored (matching) versions until the stored bytes of "
+                       "the committed versions fit"})
+    dry_run = fields.Boolean(load_default=False, metadata={"description": "report, change nothing"})
+
+
+class AuditArgs(Schema):
+    action = fields.String(validate=validate.OneOf(["publish", "purge", "gc", "token.create", "token.revoke"]))
+    limit = fields.Integer(load_default=100, validate=validate.Range(1, 1000))
+    offset = fields.Integer(load_default=0, validate=validate.Range(0, 10**9))
+
+
+class TokenCreateSchema(Schema):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    scope = fields.String(required=True, validate=validate.OneOf(["read", "write", "admin"]))
+
+
+class ErrorDetailSchema(Schema):
+    code = fields.String(required=True, metadata={"description": "machine-readable, e.g. unauthorized"})
+    message = fields.String(required=True)
+    details = fields.Raw()
+
+
+class ErrorSchema(Schema):
+    """Every error answer: ``{"error": {"code", "message", "details"}}`` (see cachesvc.errors)."""
+
+    error = fields.Nested(ErrorDetailSchema, required=True)

@@ -21,9 +21,12 @@ _DROP = ("TORCHINDUCTOR_", "TRITON_", "CACHESVC_", "TORCH_COMPILE_", "XDG_CACHE_
 
 
 class Container:
-    def __init__(self, base: Path, name: str = "ctr"):
+    def __init__(self, base: Path, name: str = "ctr", token: Optional[str] = None):
         self.root = Path(base) / name
         self.generation = 0
+        # CACHESVC_TOKEN for the container's processes (the only CACHESVC_* passed in); default:
+        # this process's, which a running demo.service.ServiceProcess sets to its write token
+        self.token = token
         self._make()
 
     @property
@@ -47,6 +50,9 @@ class Container:
         env.update(HOME=str(self.home), TMPDIR=str(self.tmp), TORCHINDUCTOR_CACHE_DIR=str(self.cache_dir),
                    PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        token = self.token or os.environ.get("CACHESVC_TOKEN")
+        if token:
+            env["CACHESVC_TOKEN"] = token
         env.update(extra)
         return env
 

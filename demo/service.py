@@ -19,10 +19,16 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    """``with ServiceProcess(data_dir) as svc: svc.url`` — the embedded default unless env says otherwise."""
+    """``with ServiceProcess(data_dir) as svc: svc.url`` — the embedded default unless env says otherwise.
+
+    Publishing needs a write token, so ``start`` makes one (``cachesvc token create`` on the
+    service's database) unless ``write_token=False``. While the service runs, this process's
+    ``CACHESVC_TOKEN`` is that token (restored at ``stop``), so clients started from here,
+    ``Container``'s included, can publish with no extra step; ``client_env()`` names it explicitly.
+    """
 
     def __init__(self, data_dir: Path, env: Optional[Dict[str, str]] = None, port: Optional[int] = None,
-                 workers: int = 2):
+                 workers: int = 2, write_token: bool = True):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -30,6 +36,7 @@ class ServiceProcess:
         self.workers = workers
         self.proc: Optional[subprocess.Popen] = None
         self.token: Optional[str] = None  # a write token, when the service requires one
+        self.write_token = write_token  # make one at start (`cachesvc token create`): publishing needs it
 
     def client_env(self) -> Dict[str, str]:
         """What a client process needs to reach this service (URL, and a token when there is one)."""
@@ -42,6 +49,12 @@ class ServiceProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESVC_")}
         env.update(CACHESVC_DATA_DIR=str(self.data_dir), PYTHONUNBUFFERED="1", **self.extra_env)
+        if self.write_token and not self.token:
+            made = subprocess.run([sys.executable, "-m", "cachesvc.cli", "token", "create", "--scope", "write",
+                                   "--name", "demo"], env=env, capture_output=True, text=True, timeout=120)
+            if made.returncode != 0:
+                raise RuntimeError(f"cachesvc token create failed ({made.returncode}):\n{made.stderr[-3000:]}")
+            self.token = made.stdout.strip().splitlines()[-1]
         self.log_path = self.data_dir / "service.log"
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -53,6 +66,9 @@ class ServiceProcess:
                 raise RuntimeError(f"cachesvc serve exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
             try:
                 if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    if self.token:  # clients started from here publish with it (see the class docstring)
+                        self._saved_token = os.environ.get("CACHESVC_TOKEN")
+                        os.environ["CACHESVC_TOKEN"] = self.token
                     return self
             except requests.RequestException:
                 pass
@@ -61,6 +77,12 @@ class ServiceProcess:
         raise RuntimeError(f"cachesvc serve did not answer within {timeout} s:\n{self.log_path.read_text()[-3000:]}")
 
     def stop(self) -> None:
+        if self.token and os.environ.get("CACHESVC_TOKEN") == self.token:
+            saved = getattr(self, "_saved_token", None)
+            if saved is None:
+                os.environ.pop("CACHESVC_TOKEN", None)
+            else:
+                os.environ["CACHESVC_TOKEN"] = saved
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -7,6 +7,11 @@ Backends the tests run against, and how to ask for them:
     storage           the Storage built from storage_settings
     app, client       a fresh app on database_url x storage_settings
     live_server       that app over real HTTP: 4 runs, sqlite/postgres x local/s3
+    tokens            {"read", "write", "admin"} -> a bearer token of that scope in the app's database
+
+``client`` sends the write token (what a publisher has), and ``CACHESVC_TOKEN``
+is set to it for the test, so ``CacheClient`` and subprocess clients publish
+too. Tests of authentication build their own clients.
 
 Tests that need one combination only take ``sqlite_url``, ``postgres_url``,
 ``local_storage_settings`` or ``s3_storage_settings`` instead.
@@ -323,9 +328,17 @@ def storage(storage_settings) -> Storage:
 # ---------------------------------------------------------------------- the app
 
 
+def make_tokens(app) -> Dict[str, str]:
+    """One token per scope in ``app``'s database."""
+    from cachesvc import auth
+
+    with app.extensions["cachesvc"].db.session() as s:
+        return {scope: auth.create_token(s, f"test-{scope}", scope)[1] for scope in auth.SCOPES}
+
+
 @pytest.fixture
 def app(tmp_path, database_url, storage_settings, monkeypatch):
-    """A fresh app on a migrated database and an empty blob store."""
+    """A fresh app on a migrated database and an empty blob store; ``app.config["TOKENS"]`` by scope."""
     for name in list(os.environ):  # the developer's own CACHESVC_* settings must not leak in
         if name.startswith("CACHESVC_"):
             monkeypatch.delenv(name)
@@ -335,6 +348,8 @@ def app(tmp_path, database_url, storage_settings, monkeypatch):
         "DATABASE_URL": database_url,
         **storage_settings,
     })
+    app.config["TOKENS"] = make_tokens(app)
+    monkeypatch.setenv("CACHESVC_TOKEN", app.config["TOKENS"]["write"])
     yield app
     # Close pooled connections before the database fixture drops the database.
     services = app.extensions.get("cachesvc")
@@ -343,8 +358,16 @@ def app(tmp_path, database_url, storage_settings, monkeypatch):
 
 
 @pytest.fixture
+def tokens(app) -> Dict[str, str]:
+    return app.config["TOKENS"]
+
+
+@pytest.fixture
 def client(app):
-    return app.test_client()
+    """A test client that sends the write token."""
+    c = app.test_client()
+    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {app.config['TOKENS']['write']}"
+    return c
 
 
 class LiveServer:

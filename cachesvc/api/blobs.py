@@ -7,11 +7,12 @@ from sqlalchemy import select
 
 from cachesvc_client import keys
 
-from .. import blobs, index
+from .. import blobs, index, metrics
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Blob, Version, VersionFile
 from ..schemas import BlobPutArgs
 from ..storage import BlobNotFound, StorageError, blob_key
+from ..auth import requires
 from . import services
 
 blp = Blueprint("blobs", __name__, url_prefix="/api/v1/blobs", description="Content-addressed blob bytes")
@@ -27,6 +28,7 @@ def _digest(value: str) -> str:
 
 
 @blp.route("/<sha256>", methods=["PUT"])
+@requires("write")
 @blp.arguments(BlobPutArgs, location="query")
 @blp.response(201)
 @blp.doc(requestBody={"required": True, **_BINARY})
@@ -45,11 +47,13 @@ def put(args, sha256):
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
     with svc.db.session() as s:
-        index.insert_ignore(s, Blob, [row])
+        index.insert_blobs(s, [row])
+    metrics.current().bytes_in.labels("service").inc(row["stored_size"])
     return {"sha256": digest, "size": row["size"], "stored_size": row["stored_size"], "encoding": row["encoding"]}
 
 
 @blp.route("/<sha256>", methods=["GET"])
+@requires("read")
 @blp.response(200, description="The stored bytes; header X-Cachesvc-Encoding says how they are encoded",
               content_type="application/octet-stream")
 def get(sha256):
@@ -76,4 +80,5 @@ def get(sha256):
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
     resp.headers.update(headers)
+    metrics.current().bytes_out.labels("service").inc(stored)
     return resp

@@ -5,12 +5,14 @@ from flask_smorest import Blueprint
 from sqlalchemy import text
 
 from ..errors import Unavailable
+from ..auth import requires
 from . import services
 
 blp = Blueprint("health", __name__, url_prefix="/healthz", description="Health check")
 
 
 @blp.route("", methods=["GET"])
+@requires(None)
 @blp.response(200)
 def healthz():
     """200 when the database answers; 503 otherwise."""

@@ -5,14 +5,16 @@ from flask_smorest import Blueprint
 
 from cachesvc_client.keys import ENV_FIELDS
 
-from .. import index, resolving
+from .. import index, metrics, resolving
 from ..schemas import ResolveArgs
+from ..auth import requires
 from . import services
 
 blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="Find what to restore")
 
 
 @blp.route("", methods=["GET"])
+@requires("read")
 @blp.arguments(ResolveArgs, location="query")
 @blp.response(200)
 def resolve(args):
@@ -21,4 +23,7 @@ def resolve(args):
            "env": {f: args[f] for f in ENV_FIELDS}}
     svc = services()
     with svc.db.session() as s:
-        return resolving.resolve(s, svc.storage, svc.settings, key)
+        answer = resolving.resolve(s, svc.storage, svc.settings, key)
+    presigned = sum(b["stored_size"] for b in answer.get("blobs", {}).values() if not b["url"].startswith("/"))
+    metrics.current().bytes_out.labels("presigned").inc(presigned)
+    return answer

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from flask_smorest import Blueprint
 
-from .. import index, publishing
+from .. import audit, index, metrics, publishing
+from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PublishSchema
 from . import services
@@ -12,6 +13,7 @@ blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description
 
 
 @blp.route("", methods=["POST"])
+@requires("write")
 @blp.arguments(PublishSchema)
 @blp.response(201)
 @blp.alt_response(200, description="Content equals the key's newest version; nothing to upload")
@@ -28,16 +30,28 @@ def create(body):
 
 
 @blp.route("/<int:version_id>/commit", methods=["POST"])
+@requires("write")
 @blp.arguments(CommitSchema)
 @blp.response(200)
 def commit(body, version_id):
     """Make a pending version visible, once every blob it names is stored (409 `blobs_missing` otherwise)."""
     svc = services()
     with svc.db.session() as s:
-        return publishing.commit_version(s, svc.storage, version_id, body["uploaded"])
+        result = publishing.commit_version(s, svc.storage, version_id, body["uploaded"])
+        if result.pop("new", False):
+            v = result["version"]
+            audit.record(s, "publish", audit.request_actor(), f"entry {v['entry_id']} version {v['id']}",
+                         v["total_bytes"], {"entry_id": v["entry_id"], "version_id": v["id"],
+                                            "files": v["file_count"],
+                                            "new_stored_bytes": result["new_stored_bytes"]})
+            metrics.current().bytes_in.labels("storage").inc(result["direct_bytes"])
+        result.pop("new_stored_bytes", None)
+        result.pop("direct_bytes", None)
+        return result
 
 
 @blp.route("/<int:version_id>", methods=["GET"])
+@requires("read")
 @blp.response(200)
 def get(version_id):
     """A version with its file list."""

@@ -12,7 +12,7 @@ from typing import BinaryIO, Dict, Iterator, Optional
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from . import BlobNotFound, Storage, StorageError
 

@@ -240,6 +240,7 @@ def test_cli_publish_and_restore(published, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_"))}
     b = tmp_path / "cli"
     env.update(HOME=str(b / "home"), TMPDIR=str(b / "tmp"), CACHESVC_URL=server.url,
+               CACHESVC_TOKEN=server.app.config["TOKENS"]["write"],  # publishing needs write
                **{f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()})
     for d in ("home", "tmp"):
         (b / d).mkdir(parents=True)

@@ -1,0 +1,166 @@
+"""Bearer tokens with nested scopes: ``read`` < ``write`` < ``admin``.
+
+A token is ``cs_`` + 43 url-safe characters (32 random bytes). Only its
+sha256 is stored (a salt adds nothing for 256 random bits); the row is found
+by that hash and the hash is compared again with ``hmac.compare_digest``.
+
+Every view declares what it needs with ``@requires(scope)`` (or
+``@requires(None)`` for open endpoints such as /healthz). ``check_request``
+runs as a ``before_request`` hook, so authentication happens before the view's
+arguments or body are parsed: a request without the right token gets 401 or
+403 whatever its body. A view that declares nothing needs ``admin`` (fail
+closed). Anonymous requests get ``read`` when ``CACHESVC_ANONYMOUS_READ`` is
+on, nothing otherwise; writing always needs a token.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from flask import current_app, g, request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized
+from .models import Token, utcnow
+
+SCOPES = ("read", "write", "admin")
+_RANK = {s: i for i, s in enumerate(SCOPES)}
+_OPEN = "open"  # marker: no token needed
+#: endpoints of other packages (flask-smorest's own doc routes) and what they need
+_FOREIGN = {"api-docs.openapi_json": _OPEN, "static": _OPEN}
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str              # "token:<name>" or "anonymous"
+    scope: Optional[str]   # None: may do nothing that needs a scope
+    token_id: Optional[int] = None
+
+
+ANONYMOUS = Principal("anonymous", None)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return "cs_" + secrets.token_urlsafe(32)
+
+
+def includes(have: Optional[str], need: str) -> bool:
+    """True when scope ``have`` grants ``need`` (admin includes write includes read)."""
+    return have is not None and _RANK[have] >= _RANK[need]
+
+
+def requires(scope: Optional[str], open_if: Optional[str] = None) -> Callable:
+    """Declare the scope a view needs (``None``: open to everyone). Enforced by ``check_request``.
+
+    ``open_if`` names a boolean setting: when it is on the view is open; when off it needs a
+    token with ``scope`` (anonymous read does not count).
+    """
+    if scope is not None and scope not in _RANK:
+        raise ValueError(f"unknown scope {scope!r}")
+
+    def deco(view):
+        view._cachesvc_scope = scope or _OPEN
+        view._cachesvc_open_if = open_if
+        if scope is not None:  # the OpenAPI document says so too
+            doc = view.__dict__.setdefault("_apidoc", {}).setdefault("manual_doc", {})
+            doc["security"] = [{"bearerAuth": []}]
+            responses = doc.setdefault("responses", {})
+            responses["401"] = {"description": "Missing or unknown token",
+                                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            responses["403"] = {"description": f"The token's scope does not include `{scope}`",
+                                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        return view
+    return deco
+
+
+def required_scope(endpoint: Optional[str]) -> str:
+    """What the view behind ``endpoint`` needs: a scope name or ``"open"``; undeclared views need admin."""
+    if endpoint is None:  # no route matched: let Flask answer 404/405
+        return _OPEN
+    if endpoint in _FOREIGN:
+        return _FOREIGN[endpoint]
+    view = current_app.view_functions.get(endpoint)
+    return getattr(view, "_cachesvc_scope", "admin")
+
+
+def authenticate(session: Session, header: Optional[str]) -> Principal:
+    """The principal behind an Authorization header; raises Unauthorized for a bad or unknown token."""
+    if not header:
+        return ANONYMOUS
+    kind, _, token = header.partition(" ")
+    token = token.strip()
+    if kind.lower() != "bearer" or not token:
+        raise Unauthorized("Authorization must be `Bearer <token>`")
+    digest = hash_token(token)
+    row = session.scalars(select(Token).where(Token.token_hash == digest)).first()
+    if row is None or row.revoked_at is not None or not hmac.compare_digest(row.token_hash, digest):
+        raise Unauthorized("unknown or revoked token")
+    return Principal(f"token:{row.name}", row.scope, row.id)
+
+
+def check_request() -> None:
+    """``before_request`` hook: authenticate, then authorize against the view's declared scope."""
+    svc = current_app.extensions["cachesvc"]
+    need = required_scope(request.endpoint)
+    open_if = getattr(current_app.view_functions.get(request.endpoint), "_cachesvc_open_if", None)
+    if need == _OPEN or (open_if and svc.settings[open_if]):
+        g.principal = ANONYMOUS
+        return
+    with svc.db.session() as s:
+        principal = authenticate(s, request.headers.get("Authorization"))
+    if principal is ANONYMOUS:
+        if need == "read" and svc.settings["ANONYMOUS_READ"] and not open_if:
+            principal = Principal("anonymous", "read")
+        else:
+            raise Unauthorized(f"this needs a bearer token with scope `{need}`: send `Authorization: Bearer "
+                               f"<token>` (CACHESVC_TOKEN for the client)")
+    if not includes(principal.scope, need):
+        raise Forbidden(f"{principal.name} has scope `{principal.scope}`; this needs `{need}`")
+    g.principal = principal
+
+
+def current() -> Principal:
+    return getattr(g, "principal", ANONYMOUS)
+
+
+# -- token management (CLI and admin API) ------------------------------------------
+
+def create_token(session: Session, name: str, scope: str) -> tuple[Token, str]:
+    """Create a token; return (row, the token itself), the only time the token is seen."""
+    if scope not in _RANK:
+        raise InvalidRequest(f"scope must be one of {', '.join(SCOPES)}")
+    if not name or len(name) > 100:
+        raise InvalidRequest("token name must be 1-100 characters")
+    token = new_token()
+    row = Token(name=name, scope=scope, token_hash=hash_token(token), created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return row, token
+
+
+def revoke_token(session: Session, ident: str) -> list[Token]:
+    """Revoke the active tokens whose id or name is ``ident``; raise NotFound when none is."""
+    q = select(Token).where(Token.revoked_at.is_(None))
+    q = q.where(Token.id == int(ident)) if ident.isdigit() else q.where(Token.name == ident)
+    rows = list(session.scalars(q))
+    if not rows:
+        raise NotFound(f"no active token has id or name {ident!r}")
+    now = utcnow()
+    for row in rows:
+        row.revoked_at = now
+    return rows
+
+
+def token_summary(t: Token) -> dict:
+    from .index import iso
+
+    return {"id": t.id, "name": t.name, "scope": t.scope, "created_at": iso(t.created_at),
+            "revoked_at": iso(t.revoked_at)}

@@ -1,0 +1,99 @@
+"""Browse queries shared by the JSON API and the HTML pages.
+
+An entry is listed while it has a committed version. Its row carries the
+newest committed version's bytes (``size``: what a restore fetches), the
+version count, the bytes of all its versions, created / last restored and
+the restore count.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from itertools import combinations
+from typing import Dict, List
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from cachesvc_client import keys
+
+from . import index
+from .models import Entry, Version, VersionFile
+
+FILTER_FIELDS = ("name", "shape") + keys.ENV_FIELDS
+
+
+def _like_literal(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _tag_pair(item: str) -> str:
+    """KEY=VALUE as it appears inside canonical tags JSON (``"k":"v"``)."""
+    k, _, v = item.partition("=")
+    return json.dumps({k: v}, separators=(",", ":"), ensure_ascii=False)[1:-1]
+
+
+def list_entries(session: Session, args: dict) -> dict:
+    """Filtered, sorted, paginated entry rows (``args`` as EntryFilterArgs loads them)."""
+    agg = (select(Version.entry_id, func.count(Version.id).label("versions"),
+                  func.max(Version.id).label("newest_id"), func.sum(Version.total_bytes).label("all_bytes"))
+           .where(Version.state == "committed").group_by(Version.entry_id).subquery())
+    q = (select(Entry, agg.c.versions, Version.total_bytes, agg.c.all_bytes, agg.c.newest_id, Version.committed_at)
+         .join(agg, agg.c.entry_id == Entry.id).join(Version, Version.id == agg.c.newest_id))
+    for field in FILTER_FIELDS:
+        if args.get(field):
+            q = q.where(getattr(Entry, field) == args[field])
+    if args.get("tags"):
+        q = q.where(Entry.tags == keys.canonical_tags(index.parse_tags(args["tags"])))
+    for item in args.get("tag") or ():
+        q = q.where(Entry.tags.like(f"%{_like_literal(_tag_pair(item))}%", escape="\\"))
+    total = session.scalar(select(func.count()).select_from(q.subquery()))
+    order = {
+        "newest": (agg.c.newest_id.desc(),),
+        "largest": (Version.total_bytes.desc(),),
+        "most_restored": (Entry.restore_count.desc(),),
+        "last_restored": (Entry.last_restored_at.is_(None), Entry.last_restored_at.desc()),
+    }[args.get("sort", "newest")]
+    q = q.order_by(*order, Entry.id.desc()).limit(args["limit"]).offset(args["offset"])
+    rows = [dict(index.entry_summary(e), versions=n, size=size, versions_bytes=int(all_bytes),
+                 newest_version_id=newest, last_published_at=index.iso(published))
+            for e, n, size, all_bytes, newest, published in session.execute(q)]
+    nxt = args["offset"] + len(rows)
+    return {"total": total, "limit": args["limit"], "offset": args["offset"], "sort": args.get("sort", "newest"),
+            "next_offset": nxt if nxt < total else None, "entries": rows}
+
+
+def entry_detail(session: Session, entry_id: int) -> dict:
+    """An entry with its committed versions (newest first), each with its files, and the blobs they share."""
+    entry = index.get_or_404(session, Entry, entry_id, "entry")
+    versions = session.scalars(select(Version).where(Version.entry_id == entry_id, Version.state == "committed")
+                               .order_by(Version.id.desc())).all()
+    files: Dict[int, List[VersionFile]] = defaultdict(list)
+    if versions:
+        for f in session.scalars(select(VersionFile).where(VersionFile.version_id.in_([v.id for v in versions]))
+                                 .order_by(VersionFile.root, VersionFile.path)):
+            files[f.version_id].append(f)
+    digests = {f.digest for fs in files.values() for f in fs}
+    blobs = index.present_blobs(session, digests)
+    sets = {v.id: {f.digest for f in files[v.id]} for v in versions}
+    out_versions = []
+    for v in versions:
+        mine = sets[v.id]
+        row = index.version_summary(v)
+        row["blob_count"] = len(mine)
+        row["stored_bytes"] = sum(blobs[d].stored_size for d in mine if d in blobs)
+        row["shared_with"] = {str(o): len(mine & sets[o]) for o in sets if o != v.id and mine & sets[o]}
+        row["files"] = [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode,
+                         "stored_size": blobs[f.digest].stored_size if f.digest in blobs else None,
+                         "encoding": blobs[f.digest].encoding if f.digest in blobs else None,
+                         "shared": any(f.digest in sets[o] for o in sets if o != v.id)}
+                        for f in files[v.id]]
+        out_versions.append(row)
+    shared = []
+    for a, b in combinations([v.id for v in versions], 2):
+        common = sets[a] & sets[b]
+        if common:
+            shared.append({"versions": [a, b], "blobs": len(common),
+                           "stored_bytes": sum(blobs[d].stored_size for d in common if d in blobs)})
+    return dict(index.entry_summary(entry), versions=out_versions, shared_blobs=shared,
+                size=versions[0].total_bytes if versions else 0)

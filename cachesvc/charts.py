@@ -1,0 +1,63 @@
+"""Server-side SVG charts for the HTML pages (no JavaScript anywhere)."""
+from __future__ import annotations
+
+from typing import List
+
+from markupsafe import Markup, escape
+
+
+def human_bytes(n) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # unreachable; keeps type checkers calm
+
+
+def _ticks(top: float, n: int = 4) -> List[float]:
+    return [top * i / n for i in range(n + 1)]
+
+
+def stored_and_hits(rows: List[dict], width: int = 760, height: int = 260) -> Markup:
+    """Stored bytes (line, left axis) and hits (bars, right axis), one point per day of ``rows``."""
+    left, right, top, bottom = 70, 50, 20, 40
+    w, h = width - left - right, height - top - bottom
+    n = max(len(rows), 1)
+    max_bytes = max([r["stored_bytes"] for r in rows] + [1])
+    max_hits = max([r["hits"] for r in rows] + [1])
+    if max_hits > 4:
+        max_hits = -(-max_hits // 4) * 4  # a multiple of 4, so the 4 tick steps are whole
+    step = w / n
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" class="chart">',
+             '<title>Stored bytes and hits per day</title>',
+             f'<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>']
+    for t in _ticks(max_bytes):
+        y = top + h - h * t / max_bytes
+        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">'
+                     f'{escape(human_bytes(t))}</text>')
+    for t in _ticks(max_hits, min(4, max_hits)):  # whole numbers only
+        y = top + h - h * t / max_hits
+        parts.append(f'<text x="{left + w + 6}" y="{y + 4:.1f}" font-size="11" fill="#b35900">{t:.0f}</text>')
+    for i, r in enumerate(rows):
+        bh = h * r["hits"] / max_hits
+        x = left + i * step + step * 0.15
+        parts.append(f'<rect class="hits" x="{x:.1f}" y="{top + h - bh:.1f}" width="{step * 0.7:.1f}" '
+                     f'height="{bh:.1f}" fill="#f0a050"><title>{escape(r["date"])}: {r["hits"]} hits</title></rect>')
+    points = " ".join(f"{left + (i + 0.5) * step:.1f},{top + h - h * r['stored_bytes'] / max_bytes:.1f}"
+                      for i, r in enumerate(rows))
+    if points:
+        parts.append(f'<polyline class="stored" points="{points}" fill="none" stroke="#2060c0" stroke-width="2"/>')
+    label_every = max(1, n // 8)
+    for i, r in enumerate(rows):
+        if i % label_every == 0:
+            parts.append(f'<text x="{left + (i + 0.5) * step:.1f}" y="{top + h + 16}" font-size="11" '
+                         f'text-anchor="middle">{escape(r["date"][5:])}</text>')
+    parts.append(f'<text x="{left}" y="{height - 6}" font-size="12" fill="#2060c0">— stored bytes (left)</text>')
+    parts.append(f'<text x="{left + 200}" y="{height - 6}" font-size="12" fill="#b35900">■ hits per day (right)</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

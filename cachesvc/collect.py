@@ -1,0 +1,300 @@
+"""Purge and garbage collection, and why a restore in flight never breaks.
+
+Life of a version::
+
+    pending --commit--> committed --purge--> purged --GC after the grace--> row deleted
+    pending --upload lease expires--> row deleted by GC (commit refuses it already)
+
+**Purge** only marks committed versions ``purged`` (soft delete): resolve stops
+offering them at once, but their rows, file lists and blobs stay.
+
+**GC** deletes a blob (its storage object and its row) only when no
+*protecting* version names it. Protecting versions are
+
+* committed versions;
+* pending versions whose upload lease (plus ``LEASE_MARGIN`` for clock skew
+  between workers) has not run out: a publish in flight announced the blob
+  and may be uploading it right now;
+* purged versions purged less than ``GC_GRACE_SECONDS`` ago. A restore that
+  resolved a version just before the purge holds URLs for its blobs: a
+  presigned URL lives ``PRESIGN_EXPIRES`` seconds, and ``/api/v1/blobs`` serves
+  a blob while its row exists. The default grace, ``PRESIGN_EXPIRES`` + 1 h,
+  outlives every URL handed out for the version and the restore using it.
+
+GC first deletes the rows of versions that no longer protect (expired
+pending ones, purged ones past the grace) and entries left without versions;
+every version left then protects, so a blob is collectable exactly when no
+``version_files`` row names it.
+
+**Serialisation.** ``create_version``, ``commit_version`` and purge take the
+*store lock* (``store_lock``) first thing; GC takes it exclusively for each
+batch. A publish therefore runs wholly before a GC batch (its pending version
+then protects its blobs) or wholly after it (the blob rows GC removed are
+absent, so the service asks for the upload again). On PostgreSQL the lock is
+an advisory lock: shared for publishes, exclusive for purge, and held by GC
+on its own connection across "delete the rows, commit, delete the objects",
+so a failed object delete only leaves an orphan object without a row, which
+the next GC's sweep of storage removes. On SQLite the lock is the database's
+write lock, and a batch deletes its objects before its transaction commits.
+
+Functions here take a ``Database`` or a ``Session`` and are safe to run from
+several processes at once.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import re
+from collections import Counter, defaultdict
+from typing import Dict, Iterator, List, Optional
+
+from sqlalchemy import delete, exists, func, or_, select, text, update
+from sqlalchemy.orm import Session, selectinload
+
+from . import index
+from .db import Database
+from .errors import InvalidRequest
+from .models import Blob, Entry, Event, Version, VersionFile, utcnow
+from .storage import Storage, StorageError, blob_key
+
+log = logging.getLogger(__name__)
+
+#: pending versions stay protected this long past their lease (clock skew between workers, slow commits)
+LEASE_MARGIN = dt.timedelta(seconds=120)
+_LOCK_KEY = 0x63616368  # "cach": the advisory-lock key of the store lock
+_BATCH = 500
+_KEY_RE = re.compile(r"^v1/blobs/[0-9a-f]{2}/([0-9a-f]{64})(\.zst)?$")
+
+CRITERIA = ("not_restored_for", "older_than", "keep_latest", "torch_version", "name", "device", "max_total_bytes")
+
+
+# -- the store lock --------------------------------------------------------------------
+
+def store_lock(session: Session, exclusive: bool = False) -> None:
+    """Take the store lock for the rest of ``session``'s transaction (shared: publishes; exclusive: purge)."""
+    if session.get_bind().dialect.name == "postgresql":
+        fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        session.execute(text(f"SELECT {fn}(:k)"), {"k": _LOCK_KEY})
+    else:  # SQLite: a write statement takes the database's write lock until commit
+        session.execute(text("UPDATE blobs SET digest = digest WHERE 1 = 0"))
+
+
+def _sqlite_write_lock(session: Session) -> None:
+    """Inside ``_gc_lock``: on SQLite the batch's own write lock is the store lock (PostgreSQL holds it already)."""
+    if session.get_bind().dialect.name != "postgresql":
+        store_lock(session, exclusive=True)
+
+
+@contextlib.contextmanager
+def _gc_lock(db: Database) -> Iterator[None]:
+    """Exclusive store lock for one GC batch, held across commits (PostgreSQL) or by the batch's session (SQLite)."""
+    if db.engine.dialect.name != "postgresql":
+        yield
+        return
+    with db.engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _LOCK_KEY})
+        conn.commit()
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _LOCK_KEY})
+            conn.commit()
+
+
+# -- purge -----------------------------------------------------------------------------
+
+def check_criteria(criteria: dict) -> dict:
+    """The criteria that were given (None values dropped); InvalidRequest when there are none."""
+    given = {k: v for k, v in criteria.items() if k in CRITERIA and v is not None}
+    if not given:
+        raise InvalidRequest(f"a purge needs at least one criterion: {', '.join(CRITERIA)}")
+    return given
+
+
+def _candidates(session: Session, c: dict, now: dt.datetime) -> List[Version]:
+    """Committed versions matching every given criterion except max_total_bytes, least recently used first."""
+    q = (select(Version).join(Entry, Entry.id == Version.entry_id).where(Version.state == "committed")
+         .options(selectinload(Version.entry)))
+    if "name" in c:
+        q = q.where(Entry.name == c["name"])
+    if "torch_version" in c:
+        q = q.where(Entry.torch == c["torch_version"])
+    if "device" in c:
+        q = q.where(Entry.device == c["device"])
+    if "older_than" in c:
+        q = q.where(Version.created_at < now - dt.timedelta(days=c["older_than"]))
+    if "not_restored_for" in c:
+        q = q.where(func.coalesce(Version.last_restored_at, Version.created_at)
+                    < now - dt.timedelta(days=c["not_restored_for"]))
+    versions = list(session.scalars(q))
+    if "keep_latest" in c:
+        newest = defaultdict(list)
+        for entry_id, vid in session.execute(select(Version.entry_id, Version.id)
+                                             .where(Version.state == "committed")):
+            newest[entry_id].append(vid)
+        keep = {vid for ids in newest.values() for vid in sorted(ids, reverse=True)[:c["keep_latest"]]}
+        versions = [v for v in versions if v.id not in keep]
+    versions.sort(key=lambda v: (v.last_restored_at or v.created_at, v.id))
+    return versions
+
+
+def _references(session: Session, states: tuple) -> Dict[int, set]:
+    """version id -> set of blob digests, for versions in ``states``."""
+    refs: Dict[int, set] = defaultdict(set)
+    rows = session.execute(select(VersionFile.version_id, VersionFile.digest)
+                           .join(Version, Version.id == VersionFile.version_id).where(Version.state.in_(states)))
+    for vid, digest in rows:
+        refs[vid].add(digest)
+    return refs
+
+
+def purge(session: Session, criteria: dict, dry_run: bool = False, now: Optional[dt.datetime] = None) -> dict:
+    """Purge the committed versions matching every criterion (see ``CRITERIA``); return what went.
+
+    ``max_total_bytes`` then keeps, of those, all but the least recently restored ones needed
+    for the stored bytes of the remaining committed versions to fit. ``bytes_freed`` counts the
+    stored bytes of blobs no remaining version names; GC deletes them once the grace has passed.
+    Raises InvalidRequest when no criterion is given.
+    """
+    c = check_criteria(criteria)
+    store_lock(session, exclusive=True)
+    now = now or utcnow()  # after the lock: purged_at starts the grace when the purge really happens
+    chosen = _candidates(session, c, now)
+    refs = _references(session, ("committed", "pending"))
+    sizes = dict(session.execute(select(Blob.digest, Blob.stored_size)).all())
+    count = Counter(d for ds in refs.values() for d in ds)
+    if "max_total_bytes" in c:
+        committed = {vid for vid, in session.execute(select(Version.id).where(Version.state == "committed"))}
+        live = Counter(d for vid in committed for d in refs.get(vid, ()))
+        total = sum(sizes.get(d, 0) for d in live)
+        picked = []
+        for v in chosen:
+            if total <= c["max_total_bytes"]:
+                break
+            picked.append(v)
+            for d in refs.get(v.id, ()):
+                live[d] -= 1
+                if live[d] == 0:
+                    total -= sizes.get(d, 0)
+        chosen = picked
+    freed = 0
+    for v in chosen:
+        for d in refs.get(v.id, ()):
+            count[d] -= 1
+            if count[d] == 0:
+                freed += sizes.get(d, 0)
+    entries: Dict[int, dict] = {}
+    for v in chosen:
+        e = v.entry
+        row = entries.setdefault(e.id, {"id": e.id, "name": e.name, "shape": e.shape, "env": e.env(),
+                                        "versions": [], "bytes": 0})
+        row["versions"].append(v.id)
+        row["bytes"] += v.total_bytes
+    if not dry_run and chosen:
+        session.execute(update(Version).where(Version.id.in_([v.id for v in chosen]))
+                        .values(state="purged", purged_at=now))
+    return {
+        "dry_run": dry_run,
+        "criteria": c,
+        "entries": sorted(entries.values(), key=lambda r: (r["name"], r["id"])),
+        "versions": [{"id": v.id, "entry_id": v.entry_id, "name": v.entry.name, "total_bytes": v.total_bytes,
+                      "created_at": index.iso(v.created_at), "last_restored_at": index.iso(v.last_restored_at)}
+                     for v in chosen],
+        "version_count": len(chosen),
+        "bytes_freed": freed,
+    }
+
+
+# -- garbage collection ----------------------------------------------------------------
+
+def _drop_dead_versions(db: Database, settings: dict, now: dt.datetime) -> dict:
+    """Delete the rows of versions that protect nothing any more, and entries left empty."""
+    grace = dt.timedelta(seconds=settings["GC_GRACE_SECONDS"])
+    with _gc_lock(db), db.session() as s:
+        _sqlite_write_lock(s)
+        dead = [vid for vid, in s.execute(select(Version.id).where(or_(
+            (Version.state == "pending") & (Version.lease_expires_at < now - LEASE_MARGIN),
+            (Version.state == "purged") & (Version.purged_at < now - grace))))]
+        for i in range(0, len(dead), _BATCH):
+            chunk = dead[i:i + _BATCH]
+            s.execute(delete(VersionFile).where(VersionFile.version_id.in_(chunk)))
+            s.execute(delete(Version).where(Version.id.in_(chunk)))
+        empty = s.execute(delete(Entry).where(~exists().where(Version.entry_id == Entry.id),
+                                              Entry.created_at < now - LEASE_MARGIN)).rowcount
+    return {"versions_deleted": len(dead), "entries_deleted": empty}
+
+
+def _unreferenced(digest_col):
+    return ~exists().where(VersionFile.digest == digest_col)
+
+
+def _delete_objects(storage: Storage, items: List[tuple]) -> int:
+    """Delete (digest, encoding) objects; failures are logged and left for the next sweep."""
+    failed = 0
+    for digest, encoding in items:
+        try:
+            storage.delete(blob_key(digest, encoding))
+        except StorageError as exc:
+            failed += 1
+            log.warning("gc: could not delete blob %s: %s", digest, exc)
+    return failed
+
+
+def _collect_rows(db: Database, storage: Storage) -> dict:
+    deleted = freed = failed = 0
+    last = ""
+    while True:
+        sqlite = db.engine.dialect.name != "postgresql"
+        with _gc_lock(db):
+            with db.session() as s:
+                _sqlite_write_lock(s)
+                rows = s.execute(select(Blob.digest, Blob.encoding, Blob.stored_size)
+                                 .where(Blob.digest > last, _unreferenced(Blob.digest))
+                                 .order_by(Blob.digest).limit(_BATCH)).all()
+                if not rows:
+                    break
+                last = rows[-1].digest
+                s.execute(delete(Blob).where(Blob.digest.in_([r.digest for r in rows])))
+                batch_bytes = sum(r.stored_size for r in rows)
+                s.add(Event(kind="freed", bytes=batch_bytes))
+                if sqlite:  # objects go while the write lock is held
+                    failed += _delete_objects(storage, [(r.digest, r.encoding) for r in rows])
+            if not sqlite:  # rows are gone and committed; the lock still keeps publishes out
+                failed += _delete_objects(storage, [(r.digest, r.encoding) for r in rows])
+        deleted += len(rows)
+        freed += batch_bytes
+    return {"blobs_deleted": deleted, "bytes_freed": freed, "delete_failures": failed}
+
+
+def _sweep_orphans(db: Database, storage: Storage) -> dict:
+    """Objects in storage with no blob row and no version naming them (failed deletes, abandoned uploads)."""
+    found: List[tuple] = []
+    for key in storage.iter_keys("v1/blobs/"):
+        m = _KEY_RE.match(key)
+        if m:
+            found.append((m.group(1), "zstd" if m.group(2) else "identity"))
+    removed = 0
+    for i in range(0, len(found), _BATCH):
+        chunk = found[i:i + _BATCH]
+        digests = sorted({d for d, _ in chunk})
+        with _gc_lock(db), db.session() as s:
+            _sqlite_write_lock(s)
+            rows = set(s.scalars(select(Blob.digest).where(Blob.digest.in_(digests))))
+            named = set(s.scalars(select(VersionFile.digest).where(VersionFile.digest.in_(digests))))
+            doomed = [(d, enc) for d, enc in chunk if d not in rows and d not in named]
+            removed += len(doomed) - _delete_objects(storage, doomed)
+    return {"orphans_deleted": removed}
+
+
+def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime] = None) -> dict:
+    """Collect garbage: dead version rows, empty entries, unreferenced blobs, orphan objects.
+
+    Returns counts and ``bytes_freed`` (stored bytes of the blob rows deleted). Safe to run
+    while publishes, restores, purges and other GCs run (see the module docstring).
+    """
+    now = now or utcnow()
+    result = _drop_dead_versions(db, settings, now)
+    result.update(_collect_rows(db, storage))
+    result.update(_sweep_orphans(db, storage))
+    return result

@@ -1,0 +1,77 @@
+"""HTML pages (Jinja, server-rendered, no JavaScript): the index grouped by name, an entry, the stats.
+
+The pages read the same queries as the JSON API and need the same scope
+(`read`; anonymous when CACHESVC_ANONYMOUS_READ is on).
+"""
+from __future__ import annotations
+
+from itertools import groupby
+
+from flask import Blueprint, render_template, request
+
+from . import browse, charts, stats
+from .api import services
+from .auth import requires
+from .errors import InvalidRequest
+from .schemas import SORTS
+
+bp = Blueprint("web", __name__, template_folder="templates")
+
+PAGE = 100
+
+
+@bp.app_template_filter("bytes")
+def _bytes(n):
+    return charts.human_bytes(n)
+
+
+def _filters() -> dict:
+    args = {f: request.args.get(f, "").strip() for f in browse.FILTER_FIELDS}
+    args = {k: v for k, v in args.items() if v}
+    tags = [t for t in request.args.getlist("tag") if t.strip()]
+    for t in tags:
+        if "=" not in t:
+            raise InvalidRequest(f"tag filter {t!r} is not KEY=VALUE")
+    if tags:
+        args["tag"] = tags
+    sort = request.args.get("sort", "newest")
+    if sort not in SORTS:
+        raise InvalidRequest(f"sort must be one of {', '.join(SORTS)}")
+    try:
+        offset = max(0, int(request.args.get("offset", 0)))
+    except ValueError:
+        raise InvalidRequest("offset must be a number") from None
+    return dict(args, sort=sort, limit=PAGE, offset=offset)
+
+
+@bp.route("/")
+@requires("read")
+def index():
+    args = _filters()
+    with services().db.session() as s:
+        page = browse.list_entries(s, args)
+    rows = sorted(page["entries"], key=lambda r: r["name"])  # keep the chosen order within each name
+    groups = [(name, list(items)) for name, items in groupby(rows, key=lambda r: r["name"])]
+    query = {k: v for k, v in args.items() if k not in ("limit", "offset")}
+    return render_template("index.html", page=page, groups=groups, args=args, query=query, sorts=SORTS,
+                           fields=browse.FILTER_FIELDS)
+
+
+@bp.route("/entries/<int:entry_id>")
+@requires("read")
+def entry(entry_id):
+    with services().db.session() as s:
+        detail = browse.entry_detail(s, entry_id)
+    return render_template("entry.html", e=detail)
+
+
+@bp.route("/stats")
+@requires("read")
+def stats_page():
+    try:
+        days = min(3660, max(1, int(request.args.get("days", 30))))
+    except ValueError:
+        raise InvalidRequest("days must be a number") from None
+    with services().db.session() as s:
+        totals, rows = stats.totals(s), stats.daily(s, days)
+    return render_template("stats.html", t=totals, rows=rows, days=days, chart=charts.stored_and_hits(rows))

@@ -1,0 +1,181 @@
+"""Tokens and scopes: every endpoint's 401 and 403, anonymous read, /metrics, the token commands."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import select
+
+from cachesvc import auth
+from cachesvc.models import AuditRecord, Token
+from tests.helpers import key, publish, publish_body, resolve_params, sha
+
+pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+              pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
+
+DIGEST = sha(b"x")
+#: every route: (method, path with sample values, scope it needs or None for open)
+ROUTES = [
+    ("POST", "/api/v1/versions", "write"),
+    ("POST", "/api/v1/versions/1/commit", "write"),
+    ("GET", "/api/v1/versions/1", "read"),
+    ("PUT", f"/api/v1/blobs/{DIGEST}", "write"),
+    ("GET", f"/api/v1/blobs/{DIGEST}", "read"),
+    ("GET", "/api/v1/resolve", "read"),
+    ("GET", "/api/v1/entries", "read"),
+    ("GET", "/api/v1/entries/1", "read"),
+    ("GET", "/api/v1/stats", "read"),
+    ("POST", "/api/v1/admin/purge", "admin"),
+    ("POST", "/api/v1/admin/gc", "admin"),
+    ("GET", "/api/v1/admin/audit", "admin"),
+    ("GET", "/api/v1/admin/tokens", "admin"),
+    ("POST", "/api/v1/admin/tokens", "admin"),
+    ("DELETE", "/api/v1/admin/tokens/999", "admin"),
+    ("GET", "/", "read"),
+    ("GET", "/entries/1", "read"),
+    ("GET", "/stats", "read"),
+    ("GET", "/healthz", None),
+    ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off
+    ("GET", "/api/v1/openapi.json", None),
+]
+LOWER = {"write": "read", "admin": "write"}
+
+
+def test_the_route_table_covers_every_route_and_matches_what_views_declare(app):
+    with app.test_request_context():
+        declared = {}
+        for rule in app.url_map.iter_rules():
+            if rule.endpoint == "static":
+                continue
+            for method in rule.methods - {"HEAD", "OPTIONS"}:
+                need = auth.required_scope(rule.endpoint)
+                declared[(method, rule.rule)] = None if need == "open" else need
+    table = {}
+    for method, path, scope in ROUTES:
+        endpoint = app.url_map.bind("localhost").match(path, method=method)[0]
+        table[(method, next(app.url_map.iter_rules(endpoint)).rule)] = scope
+    assert table == declared
+
+
+def anonymous(app):
+    return app.test_client()
+
+
+def with_token(app, token):
+    c = app.test_client()
+    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    return c
+
+
+@pytest.mark.parametrize("method,path,scope", [r for r in ROUTES if r[2]], ids=lambda v: str(v))
+def test_missing_or_wrong_token_is_401_and_a_lower_scope_is_403(app, tokens, method, path, scope):
+    app.extensions["cachesvc"].settings.update(ANONYMOUS_READ=False, METRICS_PUBLIC=False)
+    body = {"json": {"not": "valid"}}  # authentication comes before body validation
+    resp = anonymous(app).open(path, method=method, **body)
+    assert resp.status_code == 401 and resp.json["error"]["code"] == "unauthorized"
+    for bad in ("cs_not-a-token", tokens[scope][:-1]):
+        resp = with_token(app, bad).open(path, method=method, **body)
+        assert resp.status_code == 401 and resp.json["error"]["code"] == "unauthorized"
+    resp = anonymous(app).open(path, method=method, headers={"Authorization": f"Basic {tokens[scope]}"}, **body)
+    assert resp.status_code == 401
+    if scope in LOWER:
+        resp = with_token(app, tokens[LOWER[scope]]).open(path, method=method, **body)
+        assert resp.status_code == 403 and resp.json["error"]["code"] == "forbidden"
+        assert f"`{scope}`" in resp.json["error"]["message"]
+    for enough in auth.SCOPES[auth.SCOPES.index(scope):]:
+        resp = with_token(app, tokens[enough]).open(path, method=method, **body)
+        assert resp.status_code not in (401, 403), (enough, resp.json)
+
+
+def test_anonymous_read_setting(app, tokens):
+    publish(with_token(app, tokens["write"]), {"a": b"1"})
+    svc = app.extensions["cachesvc"]
+    svc.settings["ANONYMOUS_READ"] = True
+    anon = anonymous(app)
+    assert anon.get("/api/v1/resolve", query_string=resolve_params(key())).json["hit"] is True
+    assert anon.get("/").status_code == 200
+    assert anon.post("/api/v1/versions", json=publish_body({"b": b"2"})).status_code == 401, "never anonymous write"
+    assert anon.post("/api/v1/admin/gc").status_code == 401
+    svc.settings["ANONYMOUS_READ"] = False
+    assert anon.get("/api/v1/entries").status_code == 401
+    assert with_token(app, tokens["read"]).get("/api/v1/entries").json["total"] == 1
+
+
+def test_anonymous_read_is_on_for_the_embedded_default_only(app):
+    from cachesvc import config
+
+    assert config.load({"DATABASE_URL": "sqlite:////tmp/x.db"}, environ={})["ANONYMOUS_READ"] is True
+    assert config.load({"DATABASE_URL": "postgresql+psycopg://u@h/db"}, environ={})["ANONYMOUS_READ"] is False
+    assert config.load({}, environ={"CACHESVC_ANONYMOUS_READ": "0"})["ANONYMOUS_READ"] is False
+
+
+def test_healthz_open_and_metrics_open_unless_closed(app, tokens):
+    svc = app.extensions["cachesvc"]
+    svc.settings["ANONYMOUS_READ"] = False
+    anon = anonymous(app)
+    assert anon.get("/healthz").status_code == 200
+    assert anon.get("/metrics").status_code == 200
+    svc.settings["METRICS_PUBLIC"] = False
+    svc.settings["ANONYMOUS_READ"] = True  # anonymous read does not open closed metrics
+    assert anon.get("/metrics").status_code == 401
+    resp = with_token(app, tokens["read"]).get("/metrics")
+    assert resp.status_code == 200 and b"cachesvc_http_requests_total" in resp.data
+
+
+def test_revoked_token_is_refused_and_tokens_are_stored_hashed(app, tokens):
+    admin = with_token(app, tokens["admin"])
+    made = admin.post("/api/v1/admin/tokens", json={"name": "ci-builder", "scope": "write"})
+    assert made.status_code == 201
+    token = made.json["token"]
+    assert token.startswith("cs_") and len(token) >= 40
+    body = publish_body({"a": b"1"})
+    assert with_token(app, token).post("/api/v1/versions", json=body).status_code == 201
+    with app.extensions["cachesvc"].db.session() as s:
+        row = s.scalars(select(Token).where(Token.name == "ci-builder")).one()
+        assert row.token_hash == auth.hash_token(token) and token not in row.token_hash
+    listed = admin.get("/api/v1/admin/tokens").json["tokens"]
+    assert all("token" not in t and "token_hash" not in t for t in listed)
+    assert admin.delete("/api/v1/admin/tokens/ci-builder").json["revoked"][0]["name"] == "ci-builder"
+    resp = with_token(app, token).post("/api/v1/versions", json=body)
+    assert resp.status_code == 401
+    assert admin.delete("/api/v1/admin/tokens/ci-builder").status_code == 404
+    actions = [r["action"] for r in admin.get("/api/v1/admin/audit").json["records"]]
+    assert actions[:2] == ["token.revoke", "token.create"]
+
+
+def test_publish_is_audited_with_who_and_bytes(app, tokens):
+    publish(with_token(app, tokens["write"]), {"a": b"12345", "b": b"678"})
+    rec = with_token(app, tokens["admin"]).get("/api/v1/admin/audit", query_string={"action": "publish"}).json
+    [r] = rec["records"]
+    assert r["actor"] == "token:test-write" and r["bytes"] == 8 and r["details"]["files"] == 2
+    assert r["details"]["new_stored_bytes"] == 8 and r["at"]
+    with app.extensions["cachesvc"].db.session() as s:
+        assert s.scalar(select(AuditRecord.action)) == "publish"
+
+
+def cachesvc_cli(tmp_path, *args, db=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESVC_")}
+    env["CACHESVC_DATA_DIR"] = str(tmp_path / "cli-data")
+    if db:
+        env["CACHESVC_DATABASE_URL"] = db
+    return subprocess.run([sys.executable, "-m", "cachesvc.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_token_commands_create_print_last_line_and_revoke(app, sqlite_url, tmp_path):
+    made = cachesvc_cli(tmp_path, "token", "create", "--scope", "write", "--name", "ci-builder", db=sqlite_url)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().splitlines()[-1]
+    assert token.startswith("cs_") and " " not in token
+    assert with_token(app, token).post("/api/v1/versions", json=publish_body({"a": b"1"})).status_code == 201
+    listed = cachesvc_cli(tmp_path, "token", "list", db=sqlite_url)
+    assert "ci-builder" in listed.stdout and token not in listed.stdout
+    gone = cachesvc_cli(tmp_path, "token", "revoke", "ci-builder", db=sqlite_url)
+    assert gone.returncode == 0 and "revoked" in gone.stdout
+    assert with_token(app, token).post("/api/v1/versions", json=publish_body({"a": b"1"})).status_code == 401
+    again = cachesvc_cli(tmp_path, "token", "revoke", "ci-builder", db=sqlite_url)
+    assert again.returncode != 0 and "no active token" in again.stderr
+    bad = cachesvc_cli(tmp_path, "token", "create", "--scope", "root", "--name", "x", db=sqlite_url)
+    assert bad.returncode == 2

@@ -1,0 +1,193 @@
+"""Browse: entry filters, sorts and pages; entry detail; stats; the HTML pages (on both databases)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+
+import pytest
+from sqlalchemy import update
+
+from cachesvc.models import Entry
+from tests.helpers import key, publish, publish_body, resolve_params, sha
+
+pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+
+FIELDS = ("name", "shape", "torch", "triton", "cuda", "python", "device", "arch")
+
+
+def field_of(row: dict, field: str) -> str:
+    return row[field] if field in ("name", "shape") else row["env"][field]
+
+
+@pytest.fixture
+def catalog(client):
+    """Six entries: two names; differing shape, tags and one env field each. Returns {label: key}."""
+    keys = {
+        "base": key(),
+        "shape": key(shape="f32[16,256]"),
+        "tags": key(tags={"mode": "max-autotune", "team": "a_b"}),
+        "torch": key(torch="2.12.0"),
+        "device": key(device="NVIDIA H200", cuda="cuda-12.8", arch="sm_90", triton="3.6.0"),
+        "bert": key(name="bert", python="3.12"),
+    }
+    for i, (label, k) in enumerate(keys.items()):
+        publish(client, {"model.py": label.encode() * (i + 1)}, k)
+    return keys
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_every_key_field_filters(client, catalog, field):
+    every = client.get("/api/v1/entries").json["entries"]
+    values = {field_of(r, field) for r in every}
+    assert len(values) >= 2, f"the catalog must vary {field}"
+    for value in values:
+        rows = client.get("/api/v1/entries", query_string={field: value}).json
+        assert rows["total"] == sum(field_of(r, field) == value for r in every) == len(rows["entries"])
+        assert all(field_of(r, field) == value for r in rows["entries"])
+    assert client.get("/api/v1/entries", query_string={field: "no-such-value"}).json["total"] == 0
+
+
+def test_tag_filters_exact_json_and_included_pairs(client, catalog):
+    exact = client.get("/api/v1/entries", query_string={"tags": json.dumps({"team": "a_b", "mode": "max-autotune"})})
+    assert [r["tags"] for r in exact.json["entries"]] == [{"mode": "max-autotune", "team": "a_b"}]
+    one = client.get("/api/v1/entries", query_string={"tag": "team=a_b"}).json
+    assert one["total"] == 1
+    both = client.get("/api/v1/entries", query_string=[("tag", "team=a_b"), ("tag", "mode=max-autotune")]).json
+    assert both["total"] == 1
+    # LIKE wildcards in the value are literal: "a%b" and "a_b" are different values
+    assert client.get("/api/v1/entries", query_string={"tag": "team=a%b"}).json["total"] == 0
+    assert client.get("/api/v1/entries", query_string={"tag": "team=a"}).json["total"] == 0
+    assert client.get("/api/v1/entries", query_string={"tag": "mode"}).status_code == 422
+    combined = client.get("/api/v1/entries", query_string={"tag": "team=a_b", "torch": "2.12.0"}).json
+    assert combined["total"] == 0
+
+
+def _set(app, model, ident, **values):
+    with app.extensions["cachesvc"].db.session() as s:
+        s.execute(update(model).where(model.id == ident).values(**values))
+
+
+def test_sorts(client, app, catalog):
+    rows = client.get("/api/v1/entries").json["entries"]
+    ids = [r["id"] for r in rows]
+    assert ids == sorted(ids, reverse=True), "newest (last published) first by default"
+    bert = next(r for r in rows if r["name"] == "bert")
+    publish(client, {"model.py": b"republished"}, catalog["base"])  # base becomes the newest published
+    base = next(r for r in rows if r["shape"] == "f32[8,256]" and r["env"]["torch"] == "2.13.0+cpu"
+                and r["name"] == "mlp" and r["tags"] == {} and r["env"]["device"] == "x86_64")
+    assert client.get("/api/v1/entries", query_string={"sort": "newest"}).json["entries"][0]["id"] == base["id"]
+
+    largest = client.get("/api/v1/entries", query_string={"sort": "largest"}).json["entries"]
+    sizes = [r["size"] for r in largest]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == len(b"device") * 5
+
+    now = dt.datetime(2026, 1, 10)
+    _set(app, Entry, base["id"], restore_count=7, last_restored_at=now - dt.timedelta(days=3))
+    _set(app, Entry, bert["id"], restore_count=2, last_restored_at=now)
+    most = client.get("/api/v1/entries", query_string={"sort": "most_restored"}).json["entries"]
+    assert [r["id"] for r in most[:2]] == [base["id"], bert["id"]]
+    assert [r["restore_count"] for r in most] == sorted((r["restore_count"] for r in most), reverse=True)
+    last = client.get("/api/v1/entries", query_string={"sort": "last_restored"}).json["entries"]
+    assert [r["id"] for r in last[:2]] == [bert["id"], base["id"]], "most recent first, never restored last"
+    assert all(r["last_restored_at"] is None for r in last[2:])
+    assert client.get("/api/v1/entries", query_string={"sort": "oldest"}).status_code == 422
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5, 6, 7])
+def test_pages_cover_every_entry_once(client, catalog, limit):
+    seen, offset, pages = [], 0, 0
+    while offset is not None:
+        page = client.get("/api/v1/entries", query_string={"limit": limit, "offset": offset}).json
+        assert page["total"] == 6 and len(page["entries"]) == min(limit, 6 - offset)
+        seen += [r["id"] for r in page["entries"]]
+        offset, pages = page["next_offset"], pages + 1
+    assert len(seen) == len(set(seen)) == 6
+    assert pages == -(-6 // limit)
+    past = client.get("/api/v1/entries", query_string={"limit": limit, "offset": 6}).json
+    assert past["entries"] == [] and past["next_offset"] is None
+    assert client.get("/api/v1/entries", query_string={"limit": 0}).status_code == 422
+    assert client.get("/api/v1/entries", query_string={"limit": 1001}).status_code == 422
+    assert client.get("/api/v1/entries", query_string={"offset": -1}).status_code == 422
+
+
+def test_rows_carry_size_versions_created_last_restored_and_restores(client):
+    k = key()
+    publish(client, {"a": b"12345"}, k)
+    publish(client, {"a": b"1234567"}, k)
+    client.get("/api/v1/resolve", query_string=resolve_params(k))
+    row = client.get("/api/v1/entries").json["entries"][0]
+    assert row["size"] == 7 and row["versions"] == 2 and row["versions_bytes"] == 12
+    assert row["restore_count"] == 1 and row["last_restored_at"] and row["created_at"]
+
+
+def test_entry_detail_lists_files_with_hashes_and_shared_blobs(client):
+    common, only_old, only_new = b"shared" * 100, b"old", b"new!"
+    k = key()
+    first = publish(client, {"common.bin": common, "x.py": only_old}, k)
+    second = publish(client, {"common.bin": common, "x.py": only_new, "copy.bin": common}, k)
+    entry_id = second["version"]["entry_id"]
+    detail = client.get(f"/api/v1/entries/{entry_id}").json
+    assert [v["id"] for v in detail["versions"]] == [second["version"]["id"], first["version"]["id"]]
+    newest = detail["versions"][0]
+    assert {(f["path"], f["size"], f["sha256"]) for f in newest["files"]} == {
+        ("common.bin", 600, sha(common)), ("x.py", 4, sha(only_new)), ("copy.bin", 600, sha(common))}
+    assert {f["path"]: f["shared"] for f in newest["files"]} == {"common.bin": True, "copy.bin": True, "x.py": False}
+    assert newest["blob_count"] == 2 and newest["stored_bytes"] == 604
+    assert newest["shared_with"] == {str(first["version"]["id"]): 1}
+    assert detail["shared_blobs"] == [{"versions": [second["version"]["id"], first["version"]["id"]],
+                                       "blobs": 1, "stored_bytes": 600}]
+
+
+def test_stats_count_dedup_hits_misses_and_compile_seconds_saved(client):
+    k = key()
+    body = publish_body({"a": b"x" * 1000, "b": b"x" * 1000}, k, compile_seconds=12.5)
+    answer = client.post("/api/v1/versions", json=body).json
+    client.put(answer["upload"][0]["targets"]["identity"]["url"], data=b"x" * 1000)
+    assert client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={}).status_code == 200
+    for _ in range(3):
+        assert client.get("/api/v1/resolve", query_string=resolve_params(k)).json["hit"]
+    client.get("/api/v1/resolve", query_string=resolve_params(key(name="unknown")))
+    s = client.get("/api/v1/stats", query_string={"days": 3}).json
+    assert (s["entries"], s["versions"], s["blobs"], s["publishes"]) == (1, 1, 1, 1)
+    assert (s["logical_bytes"], s["stored_bytes"], s["dedup_ratio"]) == (2000, 1000, 2.0)
+    assert (s["hits"], s["restores"], s["misses"], s["hit_rate"]) == (3, 3, 1, 0.75)
+    assert s["compile_seconds_saved"] == 37.5
+    assert len(s["daily"]) == 3
+    today = s["daily"][-1]
+    assert (today["hits"], today["misses"], today["publishes"], today["stored_bytes"]) == (3, 1, 1, 1000)
+
+
+# ------------------------------------------------------------------------ HTML pages
+
+
+def test_index_page_groups_by_name_and_filters_without_javascript(client, catalog):
+    html = client.get("/").get_data(as_text=True)
+    assert "<script" not in html
+    assert re.findall(r"<h2>([^<]+)</h2>", html) == ["bert", "mlp"]
+    assert html.count('<tr class="entry">') == 6
+    filtered = client.get("/", query_string={"torch": "2.12.0"}).get_data(as_text=True)
+    assert filtered.count('<tr class="entry">') == 1 and "2.12.0" in filtered
+    tagged = client.get("/", query_string={"tag": "mode=max-autotune", "sort": "largest"}).get_data(as_text=True)
+    assert tagged.count('<tr class="entry">') == 1 and "mode=max-autotune" in tagged
+    assert client.get("/", query_string={"sort": "nope"}).status_code == 400
+
+
+def test_entry_page_shows_versions_and_files(client):
+    done = publish(client, {"fxgraph/ab/graph1": b"graph", "ab/c<b>.py": b"code"}, key(name="resnet"))
+    html = client.get(f"/entries/{done['version']['entry_id']}").get_data(as_text=True)
+    assert "resnet" in html and f"Version {done['version']['id']}" in html
+    assert "fxgraph/ab/graph1" in html and sha(b"graph")[:16] in html
+    assert "ab/c&lt;b&gt;.py" in html, "paths are escaped"
+    assert client.get("/entries/99999").status_code == 404
+
+
+def test_stats_page_draws_stored_bytes_and_hits_as_svg(client):
+    k = key()
+    publish(client, {"a": b"z" * 5000}, k)
+    client.get("/api/v1/resolve", query_string=resolve_params(k))
+    html = client.get("/stats", query_string={"days": 7}).get_data(as_text=True)
+    assert "<script" not in html
+    svg = html[html.index("<svg"):html.index("</svg>")]
+    assert svg.count('class="hits"') == 7 and 'class="stored"' in svg
+    assert "1 hits" in svg and "5.0 kB" in html

@@ -69,6 +69,16 @@ class Container:
         self._make()
         return old
 
+    def artifacts(self) -> set:
+        """Every publishable file in this container's roots, as ``role:relpath``, resolved from inside it."""
+        env = self.env()
+        code = ("import json,sys\nfrom cachesvc_client import roots\n"
+                "print(json.dumps(sorted(r.role + ':' + rel for r in roots.default_roots(sys.argv[1]) "
+                "for rel, *_ in roots.walk(r.path, r.exclude))))")
+        out = subprocess.run([sys.executable, "-c", code, env["TORCHINDUCTOR_CACHE_DIR"]], env=env,
+                             capture_output=True, text=True, check=True)
+        return set(json.loads(out.stdout))
+
     def run_worker(self, *args: str, timeout: float = 600, **extra_env: str) -> dict:
         """Run demo/worker.py in this container; return its RESULT dict (raises with its output on failure)."""
         cmd = [sys.executable, str(REPO / "demo" / "worker.py"), *args]

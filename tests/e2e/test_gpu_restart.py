@@ -29,14 +29,6 @@ CASES = [("resnet50", "default"), ("resnet50", "reduce-overhead"),
          ("encoder6", "default"), ("encoder6", "reduce-overhead"), ("encoder6", "max-autotune-no-cudagraphs")]
 
 
-def artifacts(ctr: Container) -> set:
-    env = ctr.env()
-    code = ("import json,sys\nfrom cachesvc_client import roots\n"
-            "print(json.dumps(sorted(r.role + ':' + rel for r in roots.default_roots(sys.argv[1]) "
-            "for rel, *_ in roots.walk(r.path, r.exclude))))")
-    out = subprocess.run([sys.executable, "-c", code, env["TORCHINDUCTOR_CACHE_DIR"]], env=env,
-                         capture_output=True, text=True, check=True)
-    return set(json.loads(out.stdout))
 
 
 def record(**row) -> None:
@@ -60,7 +52,7 @@ def test_gpu_restart_restores_kernels_and_autotuning(service, tmp_path, model, m
     ctr = Container(tmp_path / "host")
     cold = ctr.run_worker(*args, "--publish", **env)
     assert cold["publish"]["status"] == "committed"
-    published = artifacts(ctr)
+    published = ctr.artifacts()
     floor = ctr.run_worker(*args)
     assert floor["counters"].get("fxgraph_cache_hit", 0) >= 1
 
@@ -70,13 +62,13 @@ def test_gpu_restart_restores_kernels_and_autotuning(service, tmp_path, model, m
     assert rep["hit"] and not rep["failed"], rep
     assert warm["counters"].get("fxgraph_cache_hit", 0) >= 1, warm["counters"]
     assert warm["counters"].get("fxgraph_cache_miss", 0) == 0, warm["counters"]
-    after = artifacts(ctr)
+    after = ctr.artifacts()
     new = sorted(after - published)
 
     moved = Container(tmp_path / "elsewhere", name="relocated-host")  # another absolute path
     reloc = moved.run_worker(*args, "--restore", **env)
     assert reloc["counters"].get("fxgraph_cache_hit", 0) >= 1, reloc["counters"]
-    reloc_new = sorted(artifacts(moved) - published)
+    reloc_new = sorted(moved.artifacts() - published)
 
     record(model=model, mode=mode, device=torch.cuda.get_device_name(0), torch=torch.__version__,
            cold_s=cold["first_call_s"], floor_s=floor["first_call_s"], restore_s=warm["restore_s"],

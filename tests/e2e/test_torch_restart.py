@@ -13,14 +13,12 @@ and against PostgreSQL + S3 (rclone), both as real service processes.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cachesvc_client import roots as roots_mod
 from demo.containers import Container
 from demo.service import ServiceProcess
 
@@ -29,17 +27,6 @@ pytestmark = pytest.mark.slow
 MODEL, SHAPE, TAG = "mlp", "f32[8,256]", "mode=default"
 
 
-def compile_artifacts(ctr: Container) -> set:
-    """Every publishable file in the container's roots, as seen from inside it."""
-    env = ctr.env()
-    code = ("import json,sys\nfrom cachesvc_client import roots\n"
-            "print(json.dumps(sorted(r.role + ':' + rel for r in roots.default_roots(sys.argv[1]) "
-            "for rel, *_ in roots.walk(r.path, r.exclude))))")
-    out = subprocess.run([sys.executable, "-c", code, env["TORCHINDUCTOR_CACHE_DIR"]], env=env,
-                         capture_output=True, text=True, check=True)
-    import json
-
-    return set(json.loads(out.stdout))
 
 
 def assert_restored_and_compiled_nothing(result: dict, ctr: Container) -> None:
@@ -51,7 +38,7 @@ def assert_restored_and_compiled_nothing(result: dict, ctr: Container) -> None:
     report = result["restore"]
     assert report["hit"] and not report["failed"] and not report["warnings"], report
     assert report["roots"].keys() >= {"inductor", "pch"}
-    files = compile_artifacts(ctr)
+    files = ctr.artifacts()
     assert any(f.startswith("pch:") and f.endswith(".gch") for f in files), "the precompiled header came back"
     assert len(files) == report["files"], (
         "the restored process wrote compile artifacts of its own: "
@@ -85,7 +72,7 @@ def test_restarted_container_restores_and_compiles_nothing(tmp_path, postgres_ur
 
         floor = ctr.run_worker("--model", MODEL)  # same container again: inherits everything
         assert floor["counters"].get("fxgraph_cache_hit", 0) >= 1
-        assert compile_artifacts(ctr) == compile_artifacts(ctr)  # stable listing
+        assert ctr.artifacts() == ctr.artifacts()  # stable listing
 
         for svc in (embedded, production):
             ctr.restart()

@@ -50,6 +50,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
 
     from . import web
     from .api import admin, blobs, entries, health, metrics as metrics_api, resolve, stats, versions
+    from .api import require_json_body
     from .metrics import Metrics
     from .schemas import ErrorSchema
 
@@ -57,6 +58,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     app.extensions["cachesvc_metrics"] = metrics
     metrics.install(app)
     app.before_request(auth.check_request)  # before any view parses its arguments or body
+    app.before_request(require_json_body)
     class _Api(Api):
         ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
 

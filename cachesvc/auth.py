@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from flask import current_app, g, request
-from sqlalchemy import select
+from sqlalchemy import false, select
 from sqlalchemy.orm import Session
 
 from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized
-from .models import Token, utcnow
+from .models import MAX_ID, Token, utcnow
 
 SCOPES = ("read", "write", "admin")
 _RANK = {s: i for i, s in enumerate(SCOPES)}
@@ -149,7 +149,10 @@ def create_token(session: Session, name: str, scope: str) -> tuple[Token, str]:
 def revoke_token(session: Session, ident: str) -> list[Token]:
     """Revoke the active tokens whose id or name is ``ident``; raise NotFound when none is."""
     q = select(Token).where(Token.revoked_at.is_(None))
-    q = q.where(Token.id == int(ident)) if ident.isdigit() else q.where(Token.name == ident)
+    if ident.isascii() and ident.isdigit():  # str.isdigit() alone also takes '²', which int() refuses
+        q = q.where(Token.id == int(ident) if int(ident) <= MAX_ID else false())
+    else:
+        q = q.where(Token.name == ident)
     rows = list(session.scalars(q))
     if not rows:
         raise NotFound(f"no active token has id or name {ident!r}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from flask import Flask, jsonify
-from sqlalchemy.exc import InterfaceError, OperationalError
+from flask import Flask, jsonify, request
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,10 @@ class BlobsMissing(CacheError):
 
 class PayloadTooLarge(CacheError):
     code, status = "payload_too_large", 413
+
+
+class UnsupportedMediaType(CacheError):
+    code, status = "unsupported_media_type", 415
 
 
 class Unavailable(CacheError):
@@ -100,3 +104,19 @@ def register(app: Flask) -> None:
     def _db_error(exc: Exception):
         log.warning("database unavailable: %s", exc)
         return jsonify(_body("unavailable", "the database is unavailable; retry shortly")), 503
+
+    @app.errorhandler(RecursionError)
+    def _too_deep(exc: RecursionError):
+        # json.loads recurses once per nesting level, and webargs maps only JSONDecodeError to a 400:
+        # '[' * 100000 would be a 500. Any other recursion is the service's own bug.
+        if not request.is_json:
+            raise exc
+        return jsonify(_body("invalid_request", "the JSON body is nested too deeply")), 400
+
+    @app.errorhandler(DataError)
+    def _data_error(exc: DataError):
+        # A value the database refuses to store or compare (PostgreSQL: NUL in text, a number out of
+        # range) came from the request: the schemas let it through, but it is still the client's.
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else "invalid value"
+        log.warning("database refused a value from the request: %s", reason)
+        return jsonify(_body("invalid_request", f"the database refused a value in the request: {reason}")), 400

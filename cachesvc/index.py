@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from cachesvc_client import keys
 
 from .errors import InvalidRequest, NotFound
-from .models import Blob, Entry, Event, Version
+from .models import MAX_ID, Blob, Entry, Event, Version
 
 
 def iso(t: Optional[dt.datetime]) -> Optional[str]:
@@ -48,7 +48,7 @@ def insert_blobs(session: Session, rows: List[dict]) -> int:
 
 
 def get_or_404(session: Session, model, ident, what: str):
-    obj = session.get(model, ident)
+    obj = session.get(model, ident) if 0 <= ident <= MAX_ID else None
     if obj is None:
         raise NotFound(f"{what} {ident} does not exist")
     return obj

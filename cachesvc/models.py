@@ -22,6 +22,11 @@ from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, 
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
+#: The largest value of an ``Integer`` id column (PostgreSQL's int4): lookups by a larger id find nothing
+#: rather than reach the database, which refuses (PostgreSQL) or overflows (SQLite) on it.
+MAX_ID = 2**31 - 1
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 

@@ -19,8 +19,13 @@ def _rule(check):
     return validator
 
 
+def _printable(value):
+    if not value.isprintable():  # the rule of keys.check_env; PostgreSQL also refuses NUL in text
+        raise ValidationError("contains control characters")
+
+
 def _text(max_len, **kw):
-    return fields.String(validate=validate.Length(min=1, max=max_len), **kw)
+    return fields.String(validate=[validate.Length(min=1, max=max_len), _printable], **kw)
 
 
 class EnvSchema(Schema):

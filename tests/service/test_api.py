@@ -5,10 +5,11 @@ import datetime as dt
 import json
 
 import pytest
+import requests
 import zstandard
 from sqlalchemy import func, select, update
 
-from cachesvc.models import Blob, Entry, Version
+from cachesvc.models import Blob, Entry, Token, Version
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
 
 FILES = {"fxgraph/ab/graph1": b"graph" * 100, "ab/cabc.py": b"code" * 300, "ab/cabc.so": b"\x7fELF" + bytes(5000)}
@@ -240,3 +241,168 @@ def test_healthz_and_openapi_document(client):
     for rule in client.application.url_map.iter_rules():
         if rule.rule.startswith("/api/v1/") and "openapi" not in rule.rule and "static" not in rule.endpoint:
             assert rule.rule.replace("<int:", "{").replace("<", "{").replace(">", "}") in paths, rule.rule
+
+
+# -- Bad input at every door (issue 5, part 1): what the fuzzer found, and the doors it cannot knock on --
+
+ON_BOTH_DATABASES = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)  # storage plays no part
+
+
+def admin_client(app):
+    c = app.test_client()
+    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {app.config['TOKENS']['admin']}"
+    return c
+
+
+def assert_json_error(resp, status, *words):
+    assert resp.status_code == status, (resp.status_code, resp.get_data(as_text=True)[:300])
+    assert resp.is_json and set(resp.json) == {"error"}, resp.get_data(as_text=True)[:300]
+    for word in words:
+        assert word in resp.json["error"]["message"], (word, resp.json["error"]["message"])
+
+
+@ON_BOTH_DATABASES
+@pytest.mark.parametrize("ident", [2**31, 2**63, 2**64])
+def test_ids_beyond_the_id_columns_range_get_404_not_500(client, ident):
+    # Found by the fuzzer: GET /api/v1/entries/9223372036854775808 was an OverflowError (SQLite) and
+    # 3000000000 a DataError (PostgreSQL's int4): both 500s.
+    assert_json_error(client.get(f"/api/v1/versions/{ident}"), 404, "does not exist")
+    assert_json_error(client.get(f"/api/v1/entries/{ident}"), 404, "does not exist")
+    assert_json_error(client.post(f"/api/v1/versions/{ident}/commit", json={}), 404, "does not exist")
+
+
+@ON_BOTH_DATABASES
+@pytest.mark.parametrize("ident", ["2147483648", "99999999999999999999", "%C2%B2", "%D9%A3"])
+def test_revoking_a_token_by_an_out_of_range_or_non_ascii_digit_id_gets_404(app, ident):
+    # Were 500s: int("99999999999999999999") overflowed the column, and '²' (or Arabic-Indic '٣')
+    # passed str.isdigit() but not int().
+    admin = admin_client(app)
+    assert_json_error(admin.delete(f"/api/v1/admin/tokens/{ident}"), 404, "no active token")
+    assert all(t["revoked_at"] is None for t in admin.get("/api/v1/admin/tokens").json["tokens"])
+
+
+@ON_BOTH_DATABASES
+@pytest.mark.parametrize("value", ["2.12\x00", "2.12\t", "\x7f"])
+def test_env_values_with_control_characters_are_refused_as_the_client_refuses_them(client, app, value):
+    # keys.check_env refuses them on the client; the service took them (and PostgreSQL then failed on NUL).
+    k = key(torch=value)
+    assert_json_error(client.post("/api/v1/versions", json=publish_body({"a": b"1"}, k)), 422, "torch",
+                      "control characters")
+    assert_json_error(client.get("/api/v1/resolve", query_string=resolve_params(k)), 422, "torch")
+    assert count(app, Version) == 0 and count(app, Entry) == 0
+
+
+@ON_BOTH_DATABASES
+def test_values_the_database_refuses_get_400_not_500(app):
+    # PostgreSQL refuses NUL in text (SQLite stores it): filters, purge criteria and token names that
+    # carry one were 500s there. Either way: no 5xx, and an error names the problem.
+    admin = admin_client(app)
+    postgres = app.extensions["cachesvc"].db.engine.dialect.name == "postgresql"
+    for resp in (admin.get("/api/v1/entries", query_string={"name": "a\x00b"}),
+                 admin.post("/api/v1/admin/purge", json={"name": "a\x00b"}),
+                 admin.post("/api/v1/admin/tokens", json={"name": "a\x00b", "scope": "read"})):
+        if postgres:
+            assert_json_error(resp, 400, "NUL")
+        else:
+            assert resp.status_code in (200, 201), resp.json
+    if postgres:
+        assert count(app, Token) == 3  # the fixture's three
+
+
+@ON_BOTH_DATABASES
+def test_deeply_nested_json_gets_400_not_500(client):
+    # json.loads raised RecursionError, which webargs does not map: a 500.
+    for body in ("[" * 100_000, '{"a":' * 100_000):
+        assert_json_error(client.post("/api/v1/versions", data=body, content_type="application/json"), 400,
+                          "nested too deeply")
+
+
+@ON_BOTH_DATABASES
+def test_json_body_sent_as_another_content_type_gets_415_and_changes_nothing(client, app):
+    # webargs took a non-JSON body as absent: a commit sent as text/plain went ahead without its
+    # `uploaded` list, a purge said "needs a criterion" about a body that had one.
+    data = b"abc" * 1000
+    answer = client.post("/api/v1/versions", json=publish_body({"big": data})).json
+    packed = zstandard.ZstdCompressor().compress(data)
+    put_blob(client, answer["upload"][0]["targets"]["zstd"], packed)
+    commit = json.dumps({"uploaded": [{"sha256": sha(data), "encoding": "zstd"}]})
+    url = f"/api/v1/versions/{answer['version']['id']}/commit"
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "application/xml", None):
+        resp = client.post(url, data=commit, content_type=ctype) if ctype else client.post(url, data=commit)
+        assert_json_error(resp, 415, "application/json")
+    assert client.get(f"/api/v1/versions/{answer['version']['id']}").json["state"] == "pending"
+    admin = admin_client(app)
+    resp = admin.post("/api/v1/admin/purge", data=json.dumps({"older_than": 0}), content_type="text/plain")
+    assert_json_error(resp, 415, "text/plain")
+    resp = admin.post("/api/v1/admin/tokens", data="name=x&scope=admin", content_type="application/x-www-form-urlencoded")
+    assert_json_error(resp, 415)
+    assert count(app, Token) == 3
+    # JSON under another name is JSON; an empty body is no body.
+    assert client.post(url, data=commit, content_type="application/json; charset=utf-8").status_code == 200
+    assert admin.post("/api/v1/admin/gc", data=b"", content_type="text/plain").status_code == 200
+
+
+@ON_BOTH_DATABASES
+def test_oversized_bodies_get_413_json_and_store_nothing(client, app, storage):
+    app.config["MAX_CONTENT_LENGTH"] = 4096
+    big = publish_body({f"f{i:04d}": bytes([i % 256]) for i in range(100)})
+    assert len(json.dumps(big)) > 4096
+    assert_json_error(client.post("/api/v1/versions", json=big), 413)
+    assert_json_error(admin_client(app).post("/api/v1/admin/purge", json={"name": "x" * 5000}), 413)
+    assert count(app, Version) == 0
+    # Blob bytes have their own limit (CACHESVC_MAX_BLOB_BYTES), whatever the content type.
+    app.extensions["cachesvc"].settings["MAX_BLOB_BYTES"] = 100
+    data = b"y" * 500
+    answer = client.post("/api/v1/versions", json=publish_body({"big": data})).json
+    for ctype in ("application/octet-stream", "application/json"):
+        assert_json_error(client.put(f"/api/v1/blobs/{sha(data)}", data=data, content_type=ctype), 413)
+    assert count(app, Blob) == 0 and list(storage.iter_keys("v1/")) == []
+    assert answer["status"] == "pending"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+def test_chunked_blob_upload_over_the_limit_gets_413_and_stores_nothing(live_server, app, storage):
+    # No Content-Length to refuse up front: the limit must hold while the body streams.
+    app.extensions["cachesvc"].settings["MAX_BLOB_BYTES"] = 1000
+    data = b"z" * 5000
+    headers = {"Authorization": f"Bearer {app.config['TOKENS']['write']}"}
+    answer = requests.post(f"{live_server.url}/api/v1/versions", json=publish_body({"z": data}), headers=headers,
+                           timeout=30).json()
+    resp = requests.put(f"{live_server.url}/api/v1/blobs/{sha(data)}", data=iter([data[:2500], data[2500:]]),
+                        headers=headers, timeout=30)
+    assert resp.status_code == 413 and resp.json()["error"]["message"], resp.text
+    assert answer["status"] == "pending"
+    assert count(app, Blob) == 0 and list(storage.iter_keys("v1/")) == []
+
+
+QUERY_TYPES = [
+    ("/api/v1/stats", {"days": "abc"}, "days"),
+    ("/api/v1/stats", {"days": "1.5"}, "days"),
+    ("/api/v1/stats", {"days": "0"}, "days"),
+    ("/api/v1/entries", {"offset": "-1"}, "offset"),
+    ("/api/v1/entries", {"offset": "1e3"}, "offset"),
+    ("/api/v1/entries", {"limit": ""}, "limit"),
+    ("/api/v1/entries", {"limit": "0"}, "limit"),
+    ("/api/v1/entries", {"sort": "oldest"}, "sort"),
+    ("/api/v1/entries", {"tag": "no-equals-sign"}, "tag"),
+    ("/api/v1/admin/audit", {"limit": "ten"}, "limit"),
+    ("/api/v1/admin/audit", {"offset": "true"}, "offset"),
+    ("/api/v1/admin/audit", {"action": "delete"}, "action"),
+    ("/api/v1/resolve", {**resolve_params(key()), "torch": ""}, "torch"),
+]
+
+
+@ON_BOTH_DATABASES
+@pytest.mark.parametrize("path,params,field", QUERY_TYPES, ids=[f"{p}-{f}" for p, _, f in QUERY_TYPES])
+def test_wrong_types_in_query_parameters_get_422_naming_the_parameter(app, path, params, field):
+    assert_json_error(admin_client(app).get(path, query_string=params), 422, f"query.{field}")
+
+
+@ON_BOTH_DATABASES
+def test_blob_upload_with_an_unknown_encoding_gets_422_and_stores_nothing(client, app, storage):
+    data = b"q" * 10
+    client.post("/api/v1/versions", json=publish_body({"q": data}))
+    assert_json_error(client.put(f"/api/v1/blobs/{sha(data)}?encoding=gzip", data=data), 422, "query.encoding")
+    assert_json_error(client.put(f"/api/v1/blobs/{sha(data).upper()}", data=data), 400, "sha256")
+    assert count(app, Blob) == 0 and list(storage.iter_keys("v1/")) == []

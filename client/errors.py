@@ -55,6 +55,7 @@ _BY_CODE = {
     "bad_request": InvalidRequest,
     "payload_too_large": InvalidRequest,
     "request_entity_too_large": InvalidRequest,
+    "unsupported_media_type": InvalidRequest,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
     "not_found": NotFound,

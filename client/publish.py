@@ -15,11 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
 from . import __version__, roots as roots_mod, transfer
+from .errors import ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
 from .report import PublishReport
 
 log = logging.getLogger("cachesvc_client")
+
+#: tries per blob upload when storage answers 5xx or the connection breaks
+UPLOAD_ATTEMPTS = 3
 
 
 def torch_dir() -> Optional[str]:
@@ -94,8 +98,19 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         try:
             target = item["targets"][encoding]
             url = api.absolute(target["url"])
-            transfer.upload(api.session, {**target, "url": url}, api.auth_headers(url), body_file, length,
-                            transfer_timeout)
+            for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+                try:
+                    transfer.upload(api.session, {**target, "url": url}, api.auth_headers(url), body_file, length,
+                                    transfer_timeout)
+                    break
+                except ServiceUnavailable as exc:
+                    # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
+                    # SDKs retry; so do we. A 4xx is an answer, not a hiccup.
+                    if attempt == UPLOAD_ATTEMPTS or (exc.status is not None and exc.status < 500):
+                        raise
+                    log.debug("upload of %s failed (%s); retrying", digest[:12], exc.message)
+                    body_file.seek(0)
+                    time.sleep(0.2 * attempt)
         finally:
             body_file.close()
         progress.advance(1, item["size"])

@@ -17,6 +17,14 @@ import time
 T0 = time.perf_counter()
 
 
+def _hook(spec: str):
+    """Import ``module:function`` (the repo root is on sys.path)."""
+    import importlib
+
+    module, _, func = spec.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mlp")
@@ -26,6 +34,12 @@ def main() -> None:
     p.add_argument("--publish", action="store_true")
     p.add_argument("--mode", default="default", help="torch.compile mode")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--restore-hook", default=None, metavar="MODULE:FUNC",
+                   help="call FUNC() instead of the cachesvc restore, before compiling, timed as restore_s "
+                        "(benchmarks use it for the alternatives: Mega-Cache, a tarball, a copied cache dir)")
+    p.add_argument("--after-hook", default=None, metavar="MODULE:FUNC",
+                   help="call FUNC() after the first call (e.g. save Mega-Cache artifacts); "
+                        "its dict goes under 'after'")
     args = p.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from demo.models import build
@@ -46,6 +60,10 @@ def main() -> None:
         report = client.restore(name, shape, tags)
         out["restore_s"] = time.perf_counter() - t
         out["restore"] = report.to_dict()
+    if args.restore_hook:
+        t = time.perf_counter()
+        out["restore"] = _hook(args.restore_hook)() or {}
+        out["restore_s"] = time.perf_counter() - t
     t = time.perf_counter()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
     with torch.no_grad():
@@ -53,12 +71,17 @@ def main() -> None:
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
     out["first_call_s"] = time.perf_counter() - t
+    out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}
     out["counters"].update({k: v for k, v in counters["aot_autograd"].items() if "cache" in k})
     out["counters_all"] = {group: dict(c) for group, c in counters.items() if c}
     out["cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if args.after_hook:
+        t = time.perf_counter()
+        out["after"] = _hook(args.after_hook)() or {}
+        out["after_s"] = time.perf_counter() - t
     if args.publish:
         t = time.perf_counter()
         out["publish"] = client.publish(name, shape, tags).to_dict()

@@ -1,0 +1,1 @@
+"""Benchmarks: see docs/benchmarks.md and bench/run_all.py."""

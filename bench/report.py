@@ -1,0 +1,237 @@
+"""Turn the benchmark JSON into docs/benchmarks.md and its charts.
+
+    python bench/report.py docs/benchmarks.json      # re-render from saved results
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+LABELS = {
+    "cold": "cold (compile from nothing)",
+    "floor": "floor (inherits everything)",
+    "copy-cache-dir": "copy of TORCHINDUCTOR_CACHE_DIR",
+    "cachesvc-local": "**cachesvc restore, local backend**",
+    "cachesvc-s3": "**cachesvc restore, S3 backend**",
+    "megacache-s3": "Mega-Cache blob from S3",
+    "tarball-s3": "tarball of all roots from S3",
+    "redis": "Redis remote FX-graph + AOTAutograd cache",
+}
+
+
+def f(x: Optional[float], digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def md_table(headers: List[str], rows: List[List[str]]) -> str:
+    align = ["---"] + ["---:"] * (len(headers) - 1)
+    out = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def targets(doc: dict) -> List[dict]:
+    """Each target of issue 4 with its measured ratio."""
+    out = []
+    ttfi = doc.get("ttfi")
+    if ttfi:
+        for r in ttfi["rows"]:
+            if r["contender"] in ("cachesvc-local", "cachesvc-s3"):
+                out.append({"target": f"TTFI {r['model']}, {r['contender']}: restore + first call <= 1.10 x floor",
+                            "ratio": r["x_floor"], "limit": 1.10, "met": r["x_floor"] <= 1.10})
+    tr = doc.get("transfer")
+    if tr:
+        for size in tr["sets"]:
+            rows = {r["way"]: r for r in tr["rows"] if r["size"] == size}
+            for other in ("boto3-threads", "tarball"):
+                ratio = rows["cachesvc"]["seconds"] / rows[other]["seconds"]
+                out.append({"target": f"restore {size} set: cachesvc time / {other} time <= 1.00",
+                            "ratio": ratio, "limit": 1.0, "met": ratio <= 1.0})
+    pub = doc.get("publish")
+    if pub:
+        second = next(s for s in pub["steps"] if s["step"] == "second")
+        out.append({"target": "second publish: uploaded bytes / bytes of the new files <= 1.05",
+                    "ratio": second["x_new_bytes"], "limit": 1.05, "met": (second["x_new_bytes"] or 0) <= 1.05})
+        same = next(s for s in pub["steps"] if s["step"] == "unchanged")
+        out.append({"target": "publish with nothing new uploads 0 bytes", "ratio": float(same["uploaded_bytes"]),
+                    "limit": 0.0, "met": same["uploaded_bytes"] == 0})
+    svc = doc.get("service")
+    if svc:
+        for r in svc["rows"]:
+            if r["scenario"].startswith("resolve"):
+                out.append({"target": f"{r['scenario']}: p99 < 20 ms at {r['clients']} clients "
+                                      f"({svc['entries']:,} entries)", "ratio": r["p99_ms"] / 20.0, "limit": 1.0,
+                            "met": r["p99_ms"] < 20.0, "value": f"p99 {r['p99_ms']:.1f} ms"})
+    return out
+
+
+def chart_ttfi(doc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = doc["ttfi"]["rows"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.2), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        rs = [r for r in rows if r["model"] == model]
+        names = [r["contender"] for r in rs]
+        restore = [r["restore_s"] for r in rs]
+        first = [r["first_call_s"] for r in rs]
+        colors = ["#2b7bba" if n.startswith("cachesvc") else "#999999" for n in names]
+        ax.barh(names, restore, color="#f0a030", label="restore step")
+        ax.barh(names, first, left=restore, color=colors, label="first compiled call")
+        floor = next((r["total_s"] for r in rs if r["contender"] == "floor"), None)
+        if floor:
+            ax.axvline(floor * 1.10, color="#c03030", ls="--", lw=1, label="1.10 x floor")
+        ax.invert_yaxis()
+        ax.set_title(f"{model}: time to first inference (median s)")
+        ax.set_xlabel("seconds")
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def chart_transfer(doc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = doc["transfer"]["rows"]
+    sizes = list(dict.fromkeys(r["size"] for r in rows))
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 3.4), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        rs = [r for r in rows if r["size"] == size]
+        ax.bar([r["way"] for r in rs], [r["seconds"] for r in rs],
+               color=["#2b7bba" if r["way"] == "cachesvc" else "#999999" for r in rs])
+        ax.set_title(f"{size} set: {rs[0]['files']} files, {rs[0]['mb']:.0f} MB (median s)")
+        ax.set_ylabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render(doc: dict, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    m = doc["machine"]
+    parts = ["# Benchmarks", "",
+             f"Measured {doc['date']} with `{doc['command']}` ({doc.get('mode', 'full')} run, "
+             f"{doc.get('seconds', 0) / 60:.0f} min). Raw numbers: [benchmarks.json](benchmarks.json)."
+             + (f" ({doc['merged']}.)" if doc.get("merged") else ""), "",
+             "Set-up: `pip install -e '.[bench]'`, `apt-get install wrk` (optional), PostgreSQL and Redis on "
+             "127.0.0.1 (bench/README.md). `python bench/run_all.py --quick` is a one-round check (~5 min).", "",
+             md_table(["machine", ""], [["CPU", m["cpu"]], ["cores", m["cores"]], ["memory", m["memory"]],
+                                        ["OS", m["os"]], ["Python", m["python"]], ["torch", m["torch"]],
+                                        ["boto3", m["boto3"]], ["rclone (S3 on loopback)", m["rclone"]],
+                                        ["service code", doc.get("service_source", "working tree")],
+                                        ["client code", doc.get("client_source", "working tree")]]), "",
+             "Every number is a median over alternating rounds (all contenders of a round run back to back, "
+             "in a rotated order) on a shared 2-core VM; spread between rounds is in the JSON's samples. "
+             "Every contender of section 1 is a fresh simulated container (`demo/containers.py`): its own "
+             "empty HOME, TMPDIR and cache dir, at the same paths as the cold container had.", ""]
+    tg = targets(doc)
+    if tg:
+        parts += ["## Targets (issue 4)", "",
+                  md_table(["target", "measured ratio", "met"],
+                           [[t["target"], t.get("value") or f(t["ratio"], 3), "yes" if t["met"] else "**no**"]
+                            for t in tg]), ""]
+    if doc.get("ttfi"):
+        t = doc["ttfi"]
+        chart_ttfi(doc, out_dir / "benchmarks-ttfi.png")
+        parts += ["## 1. Time to first inference in a fresh container", "",
+                  f"Models on the CPU: `{'`, `'.join(t['models'])}` (demo/models.py), torch.compile default mode, "
+                  f"{t['repeats']} rounds. *restore* is the step before torch.compile (cachesvc restore, copy, "
+                  "download + extract, `load_cache_artifacts`); *first call* is torch.compile plus the first "
+                  "forward; *x floor* is their sum over the floor's.", "",
+                  "![time to first inference](benchmarks-ttfi.png)", ""]
+        for model in t["models"]:
+            rs = [r for r in t["rows"] if r["model"] == model]
+            parts += [f"**{model}**", "",
+                      md_table(["contender", "restore s", "first call s", "sum s", "x floor", "speed-up vs cold",
+                                "fx-graph hits / runs"],
+                               [[LABELS.get(r["contender"], r["contender"]), f(r["restore_s"]), f(r["first_call_s"]),
+                                 f(r["total_s"]), f(r["x_floor"]), f(r["speedup_vs_cold"], 1),
+                                 f"{r['fxgraph_hits']} / {r['n']}"] for r in rs]), ""]
+        seeds = t.get("seeds", {})
+        if seeds:
+            parts += ["What each store held (seed container):", "",
+                      md_table(["model", "cachesvc files", "cachesvc uploaded MB", "tarball MB (.tar.zst)",
+                                "Mega-Cache MB", "Redis keys / MB"],
+                               [[mdl, s["publish_local"]["files"], f(s["publish_local"]["uploaded_bytes"] / 1e6, 1),
+                                 f(s["tarball"]["tar_zst_bytes"] / 1e6, 1), f(s["megacache"].get("bytes", 0) / 1e6, 2),
+                                 f"{s['redis']['keys']} / {s['redis']['bytes'] / 1e6:.2f}"]
+                                for mdl, s in seeds.items()]),
+                      ""]
+    if doc.get("transfer"):
+        tr = doc["transfer"]
+        chart_transfer(doc, out_dir / "benchmarks-transfer.png")
+        parts += ["## 2. Restore transfer: same content, three ways", "",
+                  "Synthetic caches shaped like Inductor's (bench/synth.py), published once through cachesvc "
+                  "(S3 backend) and uploaded as one .tar.zst (zstd level 3, like cachesvc's blobs). "
+                  "*cachesvc*: `CacheClient.restore` (resolve, presigned GETs, sha256 check, atomic rename). "
+                  "*boto3-threads*: the same stored objects, `get_object` on 16 threads, zstd-decoded and written, "
+                  "no verification, listing given for free. *tarball*: one `get_object`, stream-extracted. "
+                  f"{tr['repeats']} rounds.", "",
+                  "![restore transfer](benchmarks-transfer.png)", "",
+                  md_table(["set", "way", "files", "MB", "median s", "files/s", "MB/s", "time / cachesvc"],
+                           [[r["size"], r["way"], r["files"], f(r["mb"], 0), f(r["seconds"], 3),
+                             f(r["files_per_s"], 0), f(r["mb_per_s"], 0), f(r["x_cachesvc"])] for r in tr["rows"]]),
+                  ""]
+    if doc.get("publish"):
+        pub = doc["publish"]
+        parts += ["## 3. Publish", "",
+                  "One container compiles the mlp at batch 8 (cold), publishes; compiles batch 16 (a new key) and "
+                  "publishes; publishes batch 16 again with nothing new. S3 backend. *new files* are files whose "
+                  "sha256 the service had not seen; uploads are zstd-compressed where that saves 10 %.", "",
+                  md_table(["publish", "key", "status", "uploaded blobs", "uploaded MB", "seconds", "new files",
+                            "new MB (raw)", "new MB (zstd)", "uploaded / new raw", "uploaded / new zstd"],
+                           [[s["step"], s["model"], s["status"], s["uploaded_blobs"], f(s["uploaded_bytes"] / 1e6, 3),
+                             f(s["seconds"]), s["new_files"], f(s["new_bytes"] / 1e6, 3),
+                             f(s["new_bytes_zstd"] / 1e6, 3), f(s["x_new_bytes"], 3), f(s["x_new_zstd"], 3)]
+                            for s in pub["steps"]]), ""]
+        st = pub["storage"]
+        parts += ["## 4. Storage for shape variants", "",
+                  f"{st['variants']} batch sizes of the mlp, each its own key, all published from one container.", "",
+                  md_table(["", "MB"],
+                           [["stored by cachesvc (S3 objects)", f(st["stored_bytes"] / 1e6, 1)],
+                            ["sum of unique file bytes (by sha256)", f(st["unique_file_bytes"] / 1e6, 1)],
+                            ["sum of every version's bytes (no dedup)", f(st["sum_version_bytes"] / 1e6, 1)],
+                            ["one .tar.zst per key", f(st["tarball_per_key_bytes"] / 1e6, 1)]]), "",
+                  f"Stored / unique = {st['x_unique']:.3f}; stored / sum of versions = {st['x_sum_versions']:.3f}.", ""]
+    if doc.get("service"):
+        svc = doc["service"]
+        parts += ["## 5. Service latency", "",
+                  f"`cachesvc serve` (gunicorn, default 2 workers x 8 threads) on PostgreSQL with "
+                  f"{svc['entries']:,} entries (one committed version of {svc['files_per_version']} files each). "
+                  "Closed loop: `wrk`, 50 connections back to back on the same 2 cores as the service and "
+                  "PostgreSQL. Open loop: 50 Python client threads on a fixed schedule, latency from the "
+                  "scheduled send.", "",
+                  md_table(["scenario", "clients", "requests/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"],
+                           [[r["scenario"], r["clients"], f(r["rps"], 0), f(r["p50_ms"], 1), f(r["p90_ms"], 1),
+                             f(r["p99_ms"], 1), f(r["max_ms"], 1), r["errors"]] for r in svc["rows"]]), ""]
+    if tg:
+        parts += ["## Closing note", "",
+                  "Measured against the targets of issue 4:", ""]
+        parts += [f"- {t['target']}: **{t.get('value') or f(t['ratio'], 3)}**, {'met' if t['met'] else 'missed'}"
+                  for t in tg]
+        parts += [""]
+    notes = Path(__file__).with_name("notes.md")
+    if notes.exists():
+        parts += [notes.read_text().strip(), ""]
+    path = out_dir / "benchmarks.md"
+    path.write_text("\n".join(parts))
+    return path
+
+
+if __name__ == "__main__":
+    src = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks.json")
+    print(render(json.loads(src.read_text()), src.parent))

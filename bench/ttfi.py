@@ -1,0 +1,234 @@
+"""Time to first inference in a fresh container: cachesvc against the alternatives.
+
+    python bench/ttfi.py [--models mlp,encoder] [--repeats 3] [--out docs/benchmarks-ttfi.json]
+
+Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
+  cold            compile from nothing
+  floor           the cold container run again: inherits everything it left
+  copy-cache-dir  TORCHINDUCTOR_CACHE_DIR copied in (what most teams do)
+  cachesvc-local  cachesvc restore, service on its local blob dir
+  cachesvc-s3     cachesvc restore, service on S3 (rclone on loopback, presigned URLs)
+  megacache-s3    torch.compiler.load_cache_artifacts of a blob fetched from S3
+  tarball-s3      one .tar.zst of every root per key, fetched from S3 with boto3
+  redis           PyTorch's Redis remote caches (FX graph + AOTAutograd), 127.0.0.1:6379
+
+A seed container per model compiles once and fills every store (cachesvc
+on both backends, Mega-Cache blob, tarball, Redis); then every round runs
+all contenders in a rotated order. Reported: the restore step, the first
+compiled call and their sum, medians over the rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import log, make_tarball, median, service, service_source, table, write_json
+from demo.containers import Container
+from demo.s3server import S3Server
+from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
+
+CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis"]
+ORDER = CONTENDERS + ["floor"]  # floor runs right after cold, in the same container
+
+
+class RedisDB:
+    """A Redis database number that was empty when we took it; ``clear()`` removes only what we wrote."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 6379):
+        import redis
+
+        self.host, self.port = host, port
+        for db in range(7, 16):
+            r = redis.Redis(host=host, port=port, db=db)
+            if r.dbsize() == 0:
+                self.db, self.r = db, r
+                break
+        else:
+            raise RuntimeError("no empty Redis database among 7..15")
+        self.url = f"redis://{host}:{port}/{self.db}"
+
+    def env(self) -> Dict[str, str]:
+        return {"TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
+                "TORCHINDUCTOR_REDIS_URL": self.url}
+
+    def stats(self) -> dict:
+        keys = list(self.r.scan_iter("pt2:*"))
+        return {"keys": len(keys), "bytes": sum(self.r.strlen(k) for k in keys)}
+
+    def clear(self) -> None:
+        for k in list(self.r.scan_iter("pt2:*")):
+            self.r.delete(k)
+
+
+def container_roots(ctr: Container) -> Dict[str, str]:
+    """The client's roots for a process in ``ctr`` (see cachesvc_client.roots), that exist."""
+    from cachesvc_client.roots import _username
+
+    default = ctr.tmp / f"torchinductor_{_username()}"
+    roots = {"inductor": ctr.cache_dir, "pch": default / "precompiled_headers", "memo": default / "cache",
+             "triton": ctr.home / ".triton" / "cache"}
+    return {role: str(p) for role, p in roots.items() if p.is_dir()}
+
+
+class Bench:
+    def __init__(self, work: Path, s3: S3Server, local: ServiceProcess, s3svc: ServiceProcess, bucket: str,
+                 redis_db: RedisDB):
+        self.work, self.s3, self.local, self.s3svc, self.bucket, self.redis = work, s3, local, s3svc, bucket, redis_db
+        self.seeds: Dict[str, dict] = {}
+        self._n = 0
+
+    def fresh(self, stem: str) -> Container:
+        self._n += 1
+        return Container(self.work / "containers", f"{stem}-{self._n}")
+
+    def seed(self, model: str) -> dict:
+        """Compile once and fill every store with the result."""
+        ctr = self.fresh(f"seed-{model}")
+        mega = self.work / f"mega-{model}.bin"
+        cold = ctr.run_worker("--model", model, "--publish", "--after-hook", "bench.contenders:megacache_save",
+                              BENCH_MEGA_OUT=str(mega), **self.local.client_env(), **self.redis.env())
+        again = ctr.run_worker("--model", model, "--publish", **self.s3svc.client_env())
+        client = self.s3.client()
+        client.upload_file(str(mega), self.bucket, f"mega/{model}.bin")
+        tar = self.work / f"tar-{model}.tar.zst"
+        tar_info = make_tarball(tar, container_roots(ctr))
+        client.upload_file(str(tar), self.bucket, f"tar/{model}.tar.zst")
+        copy_src = self.work / f"copy-src-{model}"
+        shutil.copytree(ctr.cache_dir, copy_src, ignore=shutil.ignore_patterns(".cachesvc"))
+        seed = {"cold_first_call_s": cold["first_call_s"], "publish_local": cold["publish"],
+                "publish_s3": again["publish"], "megacache": cold.get("after", {}), "tarball": tar_info,
+                "redis": self.redis.stats(), "copy_src": str(copy_src)}
+        shutil.rmtree(ctr.root)
+        self.seeds[model] = seed
+        return seed
+
+    def run(self, model: str, contender: str) -> List[dict]:
+        """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""
+        ctr = self.fresh(f"{contender}-{model}")
+        s3env = {**self.s3.env(), "BENCH_BUCKET": self.bucket}
+        try:
+            if contender == "cold":
+                cold = ctr.run_worker("--model", model)
+                floor = ctr.run_worker("--model", model)
+                return [dict(cold, contender="cold"), dict(floor, contender="floor")]
+            if contender == "copy-cache-dir":
+                r = ctr.run_worker("--model", model, "--restore-hook", "bench.contenders:copy_cache_dir",
+                                   BENCH_COPY_FROM=self.seeds[model]["copy_src"])
+            elif contender == "cachesvc-local":
+                r = ctr.run_worker("--model", model, "--restore", **self.local.client_env())
+            elif contender == "cachesvc-s3":
+                r = ctr.run_worker("--model", model, "--restore", **self.s3svc.client_env())
+            elif contender == "megacache-s3":
+                r = ctr.run_worker("--model", model, "--restore-hook", "bench.contenders:megacache_s3_load",
+                                   BENCH_MEGA_KEY=f"mega/{model}.bin", **s3env)
+            elif contender == "tarball-s3":
+                r = ctr.run_worker("--model", model, "--restore-hook", "bench.contenders:tarball_s3",
+                                   BENCH_TAR_KEY=f"tar/{model}.tar.zst", **s3env)
+            elif contender == "redis":
+                r = ctr.run_worker("--model", model, **self.redis.env())
+            else:
+                raise ValueError(contender)
+            return [dict(r, contender=contender)]
+        finally:
+            shutil.rmtree(ctr.root, ignore_errors=True)
+
+
+def sample_row(r: dict, model: str, round_no: int) -> dict:
+    restore = r.get("restore_s", 0.0)
+    c = r.get("counters", {})
+    return {"model": model, "contender": r["contender"], "round": round_no, "restore_s": restore,
+            "first_call_s": r["first_call_s"], "total_s": restore + r["first_call_s"], "ready_s": r.get("ready_s"),
+            "fxgraph_hit": c.get("fxgraph_cache_hit", 0), "fxgraph_miss": c.get("fxgraph_cache_miss", 0),
+            "restore_report": {k: v for k, v in (r.get("restore") or {}).items()
+                               if k in ("hit", "files", "files_present", "bytes", "bytes_written", "seconds",
+                                        "failed", "warnings", "reason")}}
+
+
+def summarize(samples: List[dict], models: List[str]) -> List[dict]:
+    rows = []
+    for model in models:
+        by = {c: [s for s in samples if s["model"] == model and s["contender"] == c] for c in ORDER}
+        floor = median(s["total_s"] for s in by["floor"])
+        cold = median(s["total_s"] for s in by["cold"])
+        for c in ["cold", "floor"] + CONTENDERS[1:]:
+            ss = by[c]
+            if not ss:
+                continue
+            total = median(s["total_s"] for s in ss)
+            rows.append({"model": model, "contender": c, "n": len(ss),
+                         "restore_s": median(s["restore_s"] for s in ss),
+                         "first_call_s": median(s["first_call_s"] for s in ss), "total_s": total,
+                         "ready_s": median(s["ready_s"] for s in ss),
+                         "x_floor": total / floor if floor else None,
+                         "speedup_vs_cold": cold / total if total else None,
+                         "fxgraph_hits": sum(s["fxgraph_hit"] for s in ss)})
+    return rows
+
+
+def print_summary(rows: List[dict]) -> None:
+    print(table(["model / contender", "n", "restore s", "first call s", "sum s", "x floor", "vs cold"],
+                [[f"{r['model']} {r['contender']}", r["n"], r["restore_s"], r["first_call_s"], r["total_s"],
+                  r["x_floor"], r["speedup_vs_cold"]] for r in rows]), flush=True)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="mlp,encoder")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--out", default=None, help="write the JSON here")
+    p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed)")
+    p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
+    args = p.parse_args(argv)
+    models = args.models.split(",")
+    contenders = args.contenders.split(",")
+    if "cold" not in contenders:
+        raise SystemExit("the cold contender is needed: the floor runs in its container")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-ttfi-"))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    svc_env = service_source(args.service_ref, work / "service-src")
+    redis_db = RedisDB()
+    t0 = time.monotonic()
+    try:
+        with S3Server(work / "s3") as s3:
+            bucket = s3.new_bucket("bench")
+            with service(work / "svc-local", svc_env) as local, \
+                    service(work / "svc-s3", svc_env, s3.service_env(bucket, "cachesvc")) as s3svc:
+                bench = Bench(work, s3, local, s3svc, bucket, redis_db)
+                samples: List[dict] = []
+                for model in models:
+                    log(f"seed {model}: compile once, fill cachesvc (local, S3), Mega-Cache, tarball, Redis")
+                    bench.seed(model)
+                for rnd in range(args.repeats):
+                    for model in models:
+                        k = (rnd + models.index(model)) % len(contenders)
+                        for c in contenders[k:] + contenders[:k]:
+                            for r in bench.run(model, c):
+                                s = sample_row(r, model, rnd)
+                                samples.append(s)
+                                log(f"round {rnd + 1}/{args.repeats} {model:8} {s['contender']:15} "
+                                    f"restore {s['restore_s']:6.2f}  first call {s['first_call_s']:6.2f}  "
+                                    f"sum {s['total_s']:6.2f}  fx hit/miss {s['fxgraph_hit']}/{s['fxgraph_miss']}")
+        rows = summarize(samples, models)
+        print_summary(rows)
+        doc = {"section": "ttfi", "models": models, "repeats": args.repeats, "rows": rows, "samples": samples,
+               "seeds": bench.seeds, "seconds": time.monotonic() - t0}
+        if args.out:
+            write_json(Path(args.out), doc)
+        return doc
+    finally:
+        redis_db.clear()
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

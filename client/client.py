@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Dict, Mapping, Optional
 
-from . import keys, roots as roots_mod
+from . import keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
@@ -72,6 +72,7 @@ class CacheClient:
         Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
         """
         key = self.key(name, shape, tags, env)
+        torch_fixes.apply()  # where torch is imported already: see client/torch_fixes.py
         try:
             report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
                               stall_timeout=self.stall_timeout)

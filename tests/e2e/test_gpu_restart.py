@@ -75,8 +75,10 @@ def test_gpu_restart_restores_kernels_and_autotuning(service, tmp_path, model, m
            restored_first_call_s=warm["first_call_s"], relocated_restore_s=reloc["restore_s"],
            relocated_first_call_s=reloc["first_call_s"], files=rep["files"], bytes=rep["bytes_written"],
            transferred=rep["bytes"], roots=sorted(rep["roots"]), new_files_after_restore=new,
-           new_files_after_relocated_restore=reloc_new, counters=warm["counters_all"].get("inductor", {}))
+           new_files_after_relocated_restore=reloc_new, counters=warm["counters_all"].get("inductor", {}),
+           torch_fixes=warm.get("torch_fixes"))
     assert not new, f"the restored process compiled artifacts of its own: {new}"
+    assert not reloc_new, f"the relocated restore compiled artifacts of its own: {reloc_new}"
 
 
 def test_ranks_on_one_gpu_restore_once_and_all_hit(service, tmp_path):

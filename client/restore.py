@@ -94,9 +94,14 @@ class _Stamp:
             except OSError:
                 pass
         tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"version_id": version_id, "files": files}, f)
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"version_id": version_id, "files": files}, f)
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk: the stamp only saves re-hashing next time
+            log.warning("could not record the restored files in %s: %s", self.path, exc)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
@@ -116,13 +121,18 @@ def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
 
 
 def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
-            stall_timeout: float = 30.0, lock_timeout: float = 600.0) -> RestoreReport:
+            stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
     """Restore the newest version of ``key`` into this process's roots. See the module docstring.
 
+    ``budget``: seconds the whole restore may take (waiting for another rank's
+    lock included); transfers still running then are cut off and their files
+    left out (reported in ``failed``). None: no limit beyond the timeouts.
     Raises CacheClientError subclasses on service or storage trouble; the
     caller (CacheClient.restore) turns them into a miss unless strict.
     """
     start = time.monotonic()
+    deadline = None if budget is None else start + budget
+    lock_timeout = 600.0 if budget is None else budget
     report = RestoreReport(hit=False, name=key["name"], shape=key["shape"])
     answer = api.resolve(key, deadline=start + timeout)
     if not answer.get("hit"):
@@ -151,10 +161,11 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
     os.makedirs(state_dir, exist_ok=True)
 
     try:
-        with FileLock(os.path.join(state_dir, "restore.lock"), timeout=lock_timeout):
-            _fetch_all(api, report, files, blobs, local, state_dir, workers, stall_timeout)
+        with FileLock(os.path.join(state_dir, "restore.lock"), timeout=max(0.0, lock_timeout - (time.monotonic() - start))):
+            _fetch_all(api, report, files, blobs, local, state_dir, workers, stall_timeout, deadline)
     except Timeout:
-        raise ServiceUnavailable(f"another process held {state_dir}/restore.lock for {lock_timeout:.0f} s") from None
+        raise ServiceUnavailable(f"another process held {state_dir}/restore.lock past the restore's "
+                                 f"{lock_timeout:.0f} s") from None
     report.hit = report.files + report.files_present > 0 and len(report.failed) < len(files)
     if not report.hit:
         report.reason = f"no file could be restored: {report.failed[0] if report.failed else 'empty version'}"
@@ -163,7 +174,8 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
 
 
 def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs: Dict[str, dict],
-               local: Dict[str, Optional[str]], state_dir: str, workers: int, stall_timeout: float) -> None:
+               local: Dict[str, Optional[str]], state_dir: str, workers: int, stall_timeout: float,
+               deadline: Optional[float]) -> None:
     stamp = _Stamp(state_dir)
     known = stamp.load(report.version_id)
     wanted: Dict[str, List[Tuple[str, int]]] = {}  # digest -> [(target, mode)]
@@ -204,6 +216,8 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
         for attempt in (1, 2):
             if storage_down.is_set():
                 return "storage unreachable; gave up"
+            if deadline is not None and time.monotonic() >= deadline:
+                return "the restore's time budget ran out"
             os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
             got = [0]
 
@@ -213,7 +227,7 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
 
             try:
                 tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
-                                        os.path.dirname(targets[0][0]), stall_timeout, count)
+                                        os.path.dirname(targets[0][0]), stall_timeout, count, deadline)
                 for t, _mode in targets[1:]:
                     os.makedirs(os.path.dirname(t), exist_ok=True)
                 _place(tmp, targets)

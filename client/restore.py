@@ -6,8 +6,9 @@ Guarantees:
   between a root and a file may be a symlink.
 - Every file is verified (sha256 of the decoded bytes) in a temp file beside
   its target and renamed into place: no reader sees half a file, and an
-  interrupted restore leaves only whole files (plus ``.cachesvc-*.tmp``
-  leftovers, which publish ignores).
+  interrupted restore leaves only whole files (plus ``.cachesvc-<pid>-*.tmp``
+  leftovers, which publish ignores and the next restore removes once their
+  process is gone).
 - Files already present with the right content are not fetched again; files
   the restore did not bring are never touched.
 - One restore at a time per cache dir (a file lock), so ranks on one host
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -102,6 +104,48 @@ class _Stamp:
             log.warning("could not record the restored files in %s: %s", self.path, exc)
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+_TEMP = re.compile(r"\.cachesvc-(\d+)-.*\.tmp$")
+#: a temp file this old is a leftover even if a process with its pid runs (pids are reused)
+STALE_TEMP_SECONDS = 3600
+
+
+def sweep_temps(folders) -> int:
+    """Remove restore temp files left in ``folders`` by restores that were killed; return how many.
+
+    A temp file names its writer's pid; it is left alone while that process runs (and is not
+    older than STALE_TEMP_SECONDS), since a restore into another cache dir may share a root."""
+    removed = 0
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            m = _TEMP.search(name)
+            if not m:
+                continue
+            path = os.path.join(folder, name)
+            try:
+                alive = int(m.group(1)) == os.getpid() or _running(int(m.group(1)))
+                if alive and time.time() - os.lstat(path).st_mtime < STALE_TEMP_SECONDS:
+                    continue
+                os.unlink(path)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal: only asks whether the process exists
+        return True
+    except PermissionError:
+        return True  # it exists, as another user
+    except ProcessLookupError:
+        return False
 
 
 def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
@@ -206,6 +250,9 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
         wanted.setdefault(f["sha256"], []).append((target, 0o755 if f["mode"] & 0o111 else 0o644))
         placed[k] = target
 
+    swept = sweep_temps({os.path.dirname(t) for t in placed.values()})
+    if swept:
+        log.info("removed %d temp file(s) left by an interrupted restore", swept)
     total = sum(blobs[d]["stored_size"] for d in wanted)
     storage_down = threading.Event()
 

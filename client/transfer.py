@@ -184,7 +184,7 @@ def download(url: str, headers: dict, encoding: str, digest: str, size: int, des
     never stalls must not hold a container start), another CacheClientError
     for an error answer. The temp file is removed on any failure.
     """
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".cachesvc-", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".cachesvc-{os.getpid()}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             sink = _HashingWriter(out, threaded=size >= PIPELINE_MIN)

@@ -4,7 +4,8 @@
     python bench/run_all.py --quick    # one round, mlp only, smaller service data (~5 min)
 
 Sections: ttfi (time to first inference), transfer (restore throughput),
-publish (publish cost and storage dedup), service (resolve/list latency).
+publish (publish cost and storage dedup), service (resolve/list latency),
+load (200 concurrent restores of one entry, issue 5).
 Each section is also a script of its own (bench/<section>.py). The results
 are rendered after every section, so an interrupted run still leaves a
 report of what finished. Every server it starts (cachesvc, rclone) is
@@ -22,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import publish, report, service, transfer, ttfi  # noqa: E402
+from bench import load, publish, report, service, transfer, ttfi  # noqa: E402
 from bench.common import REPO, describe_source, log, machine, write_json  # noqa: E402
 
-SECTIONS = ["ttfi", "transfer", "publish", "service"]
+SECTIONS = ["ttfi", "transfer", "publish", "service", "load"]
 
 
 def main() -> None:
@@ -47,6 +48,7 @@ def main() -> None:
         "publish": lambda: publish.main(["--shapes", "8,16,4" if q else "8,16,1,2,4,32", *ref]),
         "service": lambda: service.main(["--entries", "20000" if q else "100000", "--seconds", "5" if q else "10",
                                          *ref]),
+        "load": lambda: load.main(["--restores", "50" if q else "200", *ref]),
     }
     doc = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "command": "python " + " ".join(shlex.quote(a) for a in ["bench/run_all.py", *sys.argv[1:]]),

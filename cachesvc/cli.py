@@ -33,6 +33,9 @@ def serve(host, port, workers, threads):
         db.upgrade(settings["DATABASE_URL"])
     _metrics_dir(settings)
     app = create_app()
+    # create_app checked the schema over a pooled connection: forked workers must not inherit it
+    # (two processes on one socket corrupt each other's replies: 8 concurrent publishes got 500s).
+    app.extensions["cachesvc"].db.engine.dispose()
 
     def child_exit(_server, worker):
         from prometheus_client import multiprocess

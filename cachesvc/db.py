@@ -34,7 +34,18 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+    @event.listens_for(engine, "handle_error")
+    def _failed_ping_means_gone(ctx):
+        # After a database restart psycopg can fail the pre-ping itself with a ProgrammingError
+        # ("can't change 'autocommit' now"), which SQLAlchemy does not count as a disconnect
+        # and raises (a 500). Any failed ping means the pooled connection is dead: drop it and
+        # connect afresh (tests/reliability: the database restarted under load).
+        if ctx.is_pre_ping:
+            ctx.is_disconnect = True
+
+    return engine
 
 
 def alembic_config(url: str) -> Config:

@@ -11,8 +11,10 @@ import logging
 from typing import Any, Optional
 
 from flask import Flask, jsonify, request
-from sqlalchemy.exc import DataError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
+
+from .storage import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,20 @@ def register(app: Flask) -> None:
     def _db_error(exc: Exception):
         log.warning("database unavailable: %s", exc)
         return jsonify(_body("unavailable", "the database is unavailable; retry shortly")), 503
+
+    @app.errorhandler(DBAPIError)
+    def _db_disconnect(exc: DBAPIError):
+        # A connection that broke mid-statement (the server restarted) can surface as another
+        # DBAPIError subclass; SQLAlchemy flags it and drops the pool's stale connections.
+        if not exc.connection_invalidated:
+            raise exc
+        return _db_error(exc)
+
+    @app.errorhandler(StorageError)
+    def _storage_error(exc: StorageError):
+        # Views that stat or read blobs (commit, GC, purge) let the backend's failure rise to here.
+        log.warning("blob storage unavailable: %s", exc)
+        return jsonify(_body("unavailable", f"blob storage is unavailable ({exc}); retry shortly")), 503
 
     @app.errorhandler(RecursionError)
     def _too_deep(exc: RecursionError):

@@ -57,15 +57,16 @@ def main():
 @main.command()
 @_common
 @click.option("--stall-timeout", default=30.0, show_default=True, help="Seconds a transfer may stall.")
+@click.option("--budget", default=300.0, show_default=True, help="Seconds the whole restore may take.")
 @click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error.")
-def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, strict):
+def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, budget, strict):
     """Fetch the newest matching version into the cache dir."""
     _setup_logging(quiet)
-    client = CacheClient(url, token, cache_dir, timeout=timeout, stall_timeout=stall_timeout)
+    client = CacheClient(url, token, cache_dir, timeout=timeout, stall_timeout=stall_timeout, budget=budget)
     try:
         report = client.restore(name, shape, _tags(tags), strict=strict)
-    except CacheClientError as exc:
-        click.echo(f"cachesvc-client: restore failed: {exc.message}", err=True)
+    except (CacheClientError, OSError) as exc:
+        click.echo(f"cachesvc-client: restore failed: {getattr(exc, 'message', None) or exc}", err=True)
         sys.exit(1)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
 

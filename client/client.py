@@ -37,17 +37,20 @@ class CacheClient:
         timeout: seconds to reach the service and resolve a key (restore) or make one API call (publish).
         stall_timeout: seconds a blob transfer may go without a byte before it is abandoned.
         workers: parallel transfers.
+        budget: seconds a whole restore may take; past it, transfers still running are cut off
+            and what they would have brought is left out (a miss if nothing was restored).
 
     Thread-safe; keep one per process.
     """
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, cache_dir: Optional[str] = None,
-                 *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16):
+                 *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16,
+                 budget: Optional[float] = 300.0):
         self.url = url or os.environ.get("CACHESVC_URL", "")
         self.token = token or os.environ.get("CACHESVC_TOKEN") or None
         self._cache_dir_given = cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
-        self.timeout, self.stall_timeout, self.workers = timeout, stall_timeout, workers
+        self.timeout, self.stall_timeout, self.workers, self.budget = timeout, stall_timeout, workers, budget
         self._api: Optional[ServiceAPI] = None
 
     @property
@@ -75,12 +78,14 @@ class CacheClient:
         torch_fixes.apply()  # where torch is imported already: see client/torch_fixes.py
         try:
             report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
-                              stall_timeout=self.stall_timeout)
-        except CacheClientError as exc:
+                              stall_timeout=self.stall_timeout, budget=self.budget)
+        except (CacheClientError, OSError) as exc:
+            # OSError: the container's own disk (full, read-only) failed us; still a miss, never a crash.
             if strict:
                 raise
-            log.warning("cachesvc restore of %s failed, compiling cold: %s", name, exc.message)
-            return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {exc.message}")
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            log.warning("cachesvc restore of %s failed, compiling cold: %s", name, message)
+            return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {message}")
         if not self._cache_dir_given:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
         log.info("%s", report.summary())

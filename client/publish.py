@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
 from . import __version__, roots as roots_mod, transfer
-from .errors import ServiceUnavailable
+from .errors import BlobsMissing, ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
 from .report import PublishReport
@@ -24,6 +24,13 @@ log = logging.getLogger("cachesvc_client")
 
 #: tries per blob upload when storage answers 5xx or the connection breaks
 UPLOAD_ATTEMPTS = 3
+#: commits per publish: a commit that finds blobs missing uploads those again first
+COMMIT_ATTEMPTS = 3
+
+
+def pool_map(fn, items: list, workers: int) -> list:
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(fn, items))
 
 
 def torch_dir() -> Optional[str]:
@@ -117,11 +124,25 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         return {"sha256": digest, "encoding": encoding, "length": length}
 
     with Progress(f"publish {key['name']}", len(todo), sum(i["size"] for i in todo), log) as progress:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            sent = list(pool.map(send, todo))
+        sent = pool_map(send, todo, workers)
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                done = api.commit(report.version_id, [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent])
+                break
+            except BlobsMissing as exc:
+                # A blob we uploaded is not in storage at commit: another publisher of the same blob
+                # was overwriting it at that instant (some S3 servers delete, then rename), or it was
+                # lost. We still hold the file: upload those again and commit again.
+                missing = set((exc.details or {}).get("missing", []))
+                again = [item for item in todo if item["sha256"] in missing]
+                if attempt == COMMIT_ATTEMPTS or not again or len(again) < len(missing):
+                    raise
+                log.info("commit of version %s found %d blob(s) missing; uploading them again", report.version_id,
+                         len(again))
+                redone = {s["sha256"]: s for s in pool_map(send, again, workers)}
+                sent = [redone.get(s["sha256"], s) for s in sent]
     report.uploaded_blobs = len(sent)
     report.uploaded_bytes = sum(s["length"] for s in sent)
-    done = api.commit(report.version_id, [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent])
     report.status = done["status"]
     report.version_id = done["version"]["id"]
     report.seconds = time.monotonic() - start

@@ -6,8 +6,9 @@ Guarantees:
   between a root and a file may be a symlink.
 - Every file is verified (sha256 of the decoded bytes) in a temp file beside
   its target and renamed into place: no reader sees half a file, and an
-  interrupted restore leaves only whole files (plus ``.cachesvc-*.tmp``
-  leftovers, which publish ignores).
+  interrupted restore leaves only whole files (plus ``.cachesvc-<pid>-*.tmp``
+  leftovers, which publish ignores and the next restore removes once their
+  process is gone).
 - Files already present with the right content are not fetched again; files
   the restore did not bring are never touched.
 - One restore at a time per cache dir (a file lock), so ranks on one host
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -94,9 +96,56 @@ class _Stamp:
             except OSError:
                 pass
         tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"version_id": version_id, "files": files}, f)
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"version_id": version_id, "files": files}, f)
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk: the stamp only saves re-hashing next time
+            log.warning("could not record the restored files in %s: %s", self.path, exc)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+_TEMP = re.compile(r"\.cachesvc-(\d+)-.*\.tmp$")
+#: a temp file this old is a leftover even if a process with its pid runs (pids are reused)
+STALE_TEMP_SECONDS = 3600
+
+
+def sweep_temps(folders) -> int:
+    """Remove restore temp files left in ``folders`` by restores that were killed; return how many.
+
+    A temp file names its writer's pid; it is left alone while that process runs (and is not
+    older than STALE_TEMP_SECONDS), since a restore into another cache dir may share a root."""
+    removed = 0
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            m = _TEMP.search(name)
+            if not m:
+                continue
+            path = os.path.join(folder, name)
+            try:
+                alive = int(m.group(1)) == os.getpid() or _running(int(m.group(1)))
+                if alive and time.time() - os.lstat(path).st_mtime < STALE_TEMP_SECONDS:
+                    continue
+                os.unlink(path)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal: only asks whether the process exists
+        return True
+    except PermissionError:
+        return True  # it exists, as another user
+    except ProcessLookupError:
+        return False
 
 
 def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
@@ -116,13 +165,18 @@ def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
 
 
 def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
-            stall_timeout: float = 30.0, lock_timeout: float = 600.0) -> RestoreReport:
+            stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
     """Restore the newest version of ``key`` into this process's roots. See the module docstring.
 
+    ``budget``: seconds the whole restore may take (waiting for another rank's
+    lock included); transfers still running then are cut off and their files
+    left out (reported in ``failed``). None: no limit beyond the timeouts.
     Raises CacheClientError subclasses on service or storage trouble; the
     caller (CacheClient.restore) turns them into a miss unless strict.
     """
     start = time.monotonic()
+    deadline = None if budget is None else start + budget
+    lock_timeout = 600.0 if budget is None else budget
     report = RestoreReport(hit=False, name=key["name"], shape=key["shape"])
     answer = api.resolve(key, deadline=start + timeout)
     if not answer.get("hit"):
@@ -151,10 +205,11 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
     os.makedirs(state_dir, exist_ok=True)
 
     try:
-        with FileLock(os.path.join(state_dir, "restore.lock"), timeout=lock_timeout):
-            _fetch_all(api, report, files, blobs, local, state_dir, workers, stall_timeout)
+        with FileLock(os.path.join(state_dir, "restore.lock"), timeout=max(0.0, lock_timeout - (time.monotonic() - start))):
+            _fetch_all(api, report, files, blobs, local, state_dir, workers, stall_timeout, deadline)
     except Timeout:
-        raise ServiceUnavailable(f"another process held {state_dir}/restore.lock for {lock_timeout:.0f} s") from None
+        raise ServiceUnavailable(f"another process held {state_dir}/restore.lock past the restore's "
+                                 f"{lock_timeout:.0f} s") from None
     report.hit = report.files + report.files_present > 0 and len(report.failed) < len(files)
     if not report.hit:
         report.reason = f"no file could be restored: {report.failed[0] if report.failed else 'empty version'}"
@@ -163,7 +218,8 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
 
 
 def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs: Dict[str, dict],
-               local: Dict[str, Optional[str]], state_dir: str, workers: int, stall_timeout: float) -> None:
+               local: Dict[str, Optional[str]], state_dir: str, workers: int, stall_timeout: float,
+               deadline: Optional[float]) -> None:
     stamp = _Stamp(state_dir)
     known = stamp.load(report.version_id)
     wanted: Dict[str, List[Tuple[str, int]]] = {}  # digest -> [(target, mode)]
@@ -194,6 +250,9 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
         wanted.setdefault(f["sha256"], []).append((target, 0o755 if f["mode"] & 0o111 else 0o644))
         placed[k] = target
 
+    swept = sweep_temps({os.path.dirname(t) for t in placed.values()})
+    if swept:
+        log.info("removed %d temp file(s) left by an interrupted restore", swept)
     total = sum(blobs[d]["stored_size"] for d in wanted)
     storage_down = threading.Event()
 
@@ -204,6 +263,8 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
         for attempt in (1, 2):
             if storage_down.is_set():
                 return "storage unreachable; gave up"
+            if deadline is not None and time.monotonic() >= deadline:
+                return "the restore's time budget ran out"
             os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
             got = [0]
 
@@ -213,7 +274,7 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
 
             try:
                 tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
-                                        os.path.dirname(targets[0][0]), stall_timeout, count)
+                                        os.path.dirname(targets[0][0]), stall_timeout, count, deadline)
                 for t, _mode in targets[1:]:
                     os.makedirs(os.path.dirname(t), exist_ok=True)
                 _place(tmp, targets)

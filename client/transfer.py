@@ -14,6 +14,7 @@ import queue
 import stat
 import tempfile
 import threading
+import time
 from typing import BinaryIO, Callable, Optional, Tuple
 
 import requests
@@ -174,20 +175,21 @@ class _ErrorView:
 
 
 def download(url: str, headers: dict, encoding: str, digest: str, size: int, dest_dir: str, stall_timeout: float,
-             on_bytes: Callable[[int], None]) -> str:
+             on_bytes: Callable[[int], None], deadline: Optional[float] = None) -> str:
     """Fetch a blob into a new temp file in ``dest_dir`` and return its path.
 
     Raises IntegrityError when the decoded bytes do not hash to ``digest``,
-    ServiceUnavailable when the transfer fails or stalls for ``stall_timeout``,
-    another CacheClientError for an error answer. The temp file is removed on
-    any failure.
+    ServiceUnavailable when the transfer fails, stalls for ``stall_timeout``
+    or is still running at ``deadline`` (``time.monotonic()``; a trickle that
+    never stalls must not hold a container start), another CacheClientError
+    for an error answer. The temp file is removed on any failure.
     """
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".cachesvc-", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".cachesvc-{os.getpid()}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             sink = _HashingWriter(out, threaded=size >= PIPELINE_MIN)
             try:
-                _fetch_into(sink, url, headers, encoding, digest, stall_timeout, on_bytes)
+                _fetch_into(sink, url, headers, encoding, digest, stall_timeout, on_bytes, deadline)
             finally:
                 sink.close()
         written, got = sink.written, sink.sha.hexdigest()
@@ -195,7 +197,9 @@ def download(url: str, headers: dict, encoding: str, digest: str, size: int, des
             raise IntegrityError(f"blob {digest[:12]}: got {written} bytes hashing to {got[:12]}, "
                                  f"expected {size} bytes with sha256 {digest[:12]}")
         return tmp
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            _check_deadline(deadline, digest)  # whatever a cut-off read raised, say why it was cut off
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
@@ -220,12 +224,24 @@ def _stream_large(resp, sink: _HashingWriter, encoding: str, on_bytes: Callable[
     # A truncated or oversized stream shows up as a size or sha256 mismatch in download().
 
 
+def _check_deadline(deadline: Optional[float], digest: str) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise ServiceUnavailable(f"blob {digest[:12]}: the restore's time budget ran out mid-transfer") from None
+
+
 def _fetch_into(sink: "_HashingWriter", url: str, headers: dict, encoding: str, digest: str, stall_timeout: float,
-                on_bytes: Callable[[int], None]) -> None:
-    resp = None
+                on_bytes: Callable[[int], None], deadline: Optional[float] = None) -> None:
+    resp = watchdog = None
     try:
+        wait = stall_timeout if deadline is None else max(0.05, min(stall_timeout, deadline - time.monotonic()))
         resp = _pool(url).request("GET", url, headers=headers, preload_content=False, retries=False,
-                               timeout=urllib3.Timeout(connect=min(10.0, stall_timeout), read=stall_timeout))
+                               timeout=urllib3.Timeout(connect=min(10.0, wait), read=wait))
+        if deadline is not None:
+            # A server that trickles bytes never trips the read timeout: at the deadline the
+            # socket is shut down under the reading thread, which download() reports as such.
+            watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), resp.shutdown)
+            watchdog.daemon = True
+            watchdog.start()
         if resp.status >= 400:
             raise_for_response(_ErrorView("GET", url, resp.status, resp.reason, resp.read(65536)))
         if sink._lanes:
@@ -245,6 +261,8 @@ def _fetch_into(sink: "_HashingWriter", url: str, headers: dict, encoding: str, 
     except zstandard.ZstdError as exc:
         raise IntegrityError(f"blob {digest[:12]}: bad zstd data: {exc}") from None
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         if resp is not None:
             resp.close()  # an error mid-body: this connection must not be reused
 

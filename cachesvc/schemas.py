@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from cachesvc_client import keys
 from marshmallow import Schema, ValidationError, fields, validate
+from webargs.fields import DelimitedList
+
+from .fallback import STEPS as FALLBACK_STEPS
 
 
 def _rule(check):
@@ -87,6 +90,14 @@ class ResolveArgs(Schema):
     python = _text(keys.MAX_ENV_VALUE, required=True)
     device = _text(keys.MAX_ENV_VALUE, required=True)
     arch = _text(keys.MAX_ENV_VALUE, required=True)
+    fallback = DelimitedList(fields.String(validate=validate.OneOf(FALLBACK_STEPS)), load_default=list,
+                                    metadata={"description": "comma-separated steps tried in order when the exact "
+                                                             "key has no version: shape (same key, any shape: "
+                                                             "newest), shapes (the most restored shapes, up to "
+                                                             "fallback_max_bytes), name (same environment, any "
+                                                             "name)"})
+    fallback_max_bytes = fields.Integer(validate=validate.Range(0, 2**62), metadata={
+        "description": "byte budget of the `shapes` step; default CACHESVC_FALLBACK_MAX_BYTES"})
 
 
 SORTS = ("newest", "largest", "most_restored", "last_restored")

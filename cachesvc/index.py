@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
+from . import verdicts
 from .errors import InvalidRequest, NotFound
 from .models import MAX_ID, Blob, Entry, Event, Version
 
@@ -113,6 +114,10 @@ def version_summary(v: Version) -> dict:
         "committed_at": iso(v.committed_at),
         "last_restored_at": iso(v.last_restored_at),
         "restore_count": v.restore_count,
+        "verify_count": v.verify_count,
+        "no_hit_count": v.no_hit_count,
+        "last_verdict": v.last_verdict,
+        "problem": verdicts.is_problem(v),
     }
 
 

@@ -100,6 +100,15 @@ class ResolveArgs(Schema):
         "description": "byte budget of the `shapes` step; default CACHESVC_FALLBACK_MAX_BYTES"})
 
 
+class VerdictSchema(Schema):
+    versions = fields.List(fields.Integer(strict=True, validate=validate.Range(1, 2**31 - 1)), required=True,
+                           validate=validate.Length(min=1, max=100),
+                           metadata={"description": "the versions the restore delivered"})
+    verdict = fields.String(required=True, validate=validate.OneOf(["paid_off", "partial", "no_hits"]))
+    fallback = fields.String(load_default="", validate=validate.OneOf(("",) + FALLBACK_STEPS),
+                             metadata={"description": "the fallback step of the restore; empty: the exact key"})
+
+
 SORTS = ("newest", "largest", "most_restored", "last_restored")
 
 
@@ -115,6 +124,8 @@ class EntryFilterArgs(Schema):
     python = fields.String()
     device = fields.String()
     arch = fields.String()
+    problem = fields.Boolean(metadata={"description": "true: only entries whose newest version's restores got no "
+                                                      "cache hit (client.verify()); false: only the others"})
     sort = fields.String(load_default="newest", validate=validate.OneOf(SORTS),
                          metadata={"description": "newest (last published), largest (newest version's bytes), "
                                                   "most_restored, last_restored"})

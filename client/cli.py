@@ -58,12 +58,20 @@ def main():
 @_common
 @click.option("--stall-timeout", default=30.0, show_default=True, help="Seconds a transfer may stall.")
 @click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error.")
-def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, strict):
-    """Fetch the newest matching version into the cache dir."""
+@click.option("--fallback", "fallbacks", default="", metavar="STEPS",
+              help="Comma-separated steps tried in order when the exact key has no version: shape (same key, any "
+                   "shape), shapes (the most restored shapes, unioned), name (same environment, any name).")
+@click.option("--fallback-max-bytes", type=int, default=None, help="Byte budget of the shapes step.")
+def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, strict, fallbacks,
+            fallback_max_bytes):
+    """Fetch the newest matching version into the cache dir. A miss names the nearest entries and the
+    key fields that differ."""
     _setup_logging(quiet)
     client = CacheClient(url, token, cache_dir, timeout=timeout, stall_timeout=stall_timeout)
+    steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
     try:
-        report = client.restore(name, shape, _tags(tags), strict=strict)
+        report = client.restore(name, shape, _tags(tags), strict=strict, fallbacks=steps,
+                                fallback_max_bytes=fallback_max_bytes)
     except CacheClientError as exc:
         click.echo(f"cachesvc-client: restore failed: {exc.message}", err=True)
         sys.exit(1)

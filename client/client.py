@@ -1,10 +1,11 @@
 """``CacheClient``: the public entry point of the client library."""
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 from . import keys, roots as roots_mod
 from .errors import CacheClientError
@@ -13,6 +14,7 @@ from .http import ServiceAPI
 from .publish import publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore import restore as _restore
+from .verify import REPORTED, Verdict, judge
 
 log = logging.getLogger("cachesvc_client")
 
@@ -49,6 +51,7 @@ class CacheClient:
         self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
         self.timeout, self.stall_timeout, self.workers = timeout, stall_timeout, workers
         self._api: Optional[ServiceAPI] = None
+        self.last_restore: Optional[RestoreReport] = None
 
     @property
     def api(self) -> ServiceAPI:
@@ -63,10 +66,17 @@ class CacheClient:
                 "env": keys.check_env(env if env is not None else environment())}
 
     def restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *, strict: bool = False,
-                env: Optional[Mapping[str, str]] = None) -> RestoreReport:
+                env: Optional[Mapping[str, str]] = None, fallbacks: Sequence[str] = (),
+                fallback_max_bytes: Optional[int] = None, verify_at_exit: bool = False) -> RestoreReport:
         """Fetch the newest version of this key into the cache dir (and the other roots).
 
         Returns a RestoreReport; ``report.hit`` says whether anything was restored.
+        On a miss, ``report.nearest`` names the closest entries and the key fields that
+        differ (also logged). ``fallbacks`` lists steps tried in order when the exact key
+        has no version: ``shape`` (same key, any shape), ``shapes`` (the most restored
+        shapes, up to ``fallback_max_bytes``), ``name`` (same environment, any name);
+        ``report.fallback`` names the step that answered. ``verify_at_exit`` runs
+        ``verify()`` when the process exits and logs its verdict.
         On service or storage trouble it logs a warning and returns a miss, so the
         process compiles cold; with ``strict=True`` it raises CacheClientError instead.
         Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
@@ -74,7 +84,8 @@ class CacheClient:
         key = self.key(name, shape, tags, env)
         try:
             report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
-                              stall_timeout=self.stall_timeout)
+                              stall_timeout=self.stall_timeout, fallbacks=fallbacks,
+                              fallback_max_bytes=fallback_max_bytes)
         except CacheClientError as exc:
             if strict:
                 raise
@@ -82,6 +93,9 @@ class CacheClient:
             return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {exc.message}")
         if not self._cache_dir_given:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+        self.last_restore = report
+        if verify_at_exit:
+            atexit.register(self.verify)
         log.info("%s", report.summary())
         for warning in report.warnings:
             log.warning("cachesvc restore: %s", warning)
@@ -90,6 +104,25 @@ class CacheClient:
         if strict and not report.hit:
             raise CacheClientError(report.summary(), code="miss")
         return report
+
+    def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True) -> Verdict:
+        """After the process compiled: did the restore (default: this client's last) pay off?
+
+        Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verify``),
+        logs the verdict and, with ``send``, reports ``paid_off``/``partial``/``no_hits`` to the
+        service, which marks versions whose restores get no hits as problems. Never raises on
+        service trouble: the verdict comes back with ``reported=False``.
+        """
+        verdict = judge(report or self.last_restore, self.cache_dir)
+        (log.warning if verdict.verdict == "no_hits" else log.info)("%s", verdict.summary())
+        if send and verdict.verdict in REPORTED:
+            try:
+                self.api.verdict({"versions": verdict.versions, "verdict": verdict.verdict,
+                                  "fallback": verdict.fallback})
+                verdict.reported = True
+            except CacheClientError as exc:
+                log.warning("cachesvc verify: could not report the verdict: %s", exc.message)
+        return verdict
 
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,

@@ -67,7 +67,8 @@ class Entry(Base):
 
 class Version(Base):
     __tablename__ = "versions"
-    __table_args__ = (Index("ix_versions_entry_state", "entry_id", "state", "id"),)
+    __table_args__ = (Index("ix_versions_entry_state", "entry_id", "state", "id"),
+                      Index("ix_versions_manifest_digest", "manifest_digest"))  # admission: same content, other key
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))

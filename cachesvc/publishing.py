@@ -7,7 +7,10 @@
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it.
 
-Content equal to the key's newest committed version creates no version.
+Content equal to the key's newest committed version creates no version;
+content equal to another key's committed version is linked at once
+(``cachesvc.admission``); with ``merge`` the manifest is first unioned with
+the key's newest version (``cachesvc.merging``).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import collect, index
+from . import admission, collect, index, merging
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Entry, Event, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
@@ -58,12 +61,19 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     key, files = body["key"], body["files"]
     sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     collect.store_lock(session)  # GC must see this pending version, or run wholly before it
-    digest = keys.manifest_digest(files)
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id)
+    if body.get("merge") and newest is not None:
+        files, roots = merging.union(session, newest, files, body["roots"])
+        body = dict(body, files=files, roots=roots)
+        sizes = _check_manifest(files, roots, settings["MAX_FILES"])
+    digest = keys.manifest_digest(files)
     if newest is not None and newest.manifest_digest == digest:
         return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
                      "version": index.version_summary(newest), "upload": []}
+    linked = admission.link(session, entry, body, files, digest, sizes)
+    if linked is not None:
+        return linked
 
     present = index.present_blobs(session, sizes)
     for d, blob in present.items():

@@ -65,6 +65,9 @@ class PublishSchema(Schema):
     compile_seconds = fields.Float(load_default=None, allow_none=True, validate=validate.Range(0, 10**7))
     meta = fields.Dict(keys=fields.String(validate=validate.Length(max=64)),
                        values=fields.String(validate=validate.Length(max=1000)), load_default=dict)
+    merge = fields.Boolean(load_default=False, metadata={
+        "description": "add the key's newest committed version's files at paths this manifest lacks, so the key "
+                       "converges to the union of what its publishers compiled"})
 
 
 class UploadedSchema(Schema):

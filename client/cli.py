@@ -81,12 +81,18 @@ def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, s
 @main.command()
 @_common
 @click.option("--compile-seconds", type=float, default=None, help="Cold compile time to record.")
-def publish(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, compile_seconds):
+@click.option("--min-compile-seconds", type=float, envvar="CACHESVC_MIN_COMPILE_SECONDS", default=0.0,
+              show_default=True, help="Skip the publish when --compile-seconds is under this "
+                                      "[env CACHESVC_MIN_COMPILE_SECONDS].")
+@click.option("--no-merge", is_flag=True, help="Do not union with the key's newest version.")
+def publish(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, compile_seconds, min_compile_seconds,
+            no_merge):
     """Snapshot the cache dir (and the other roots) and publish it."""
     _setup_logging(quiet)
     client = CacheClient(url, token, cache_dir, timeout=timeout)
     try:
-        report = client.publish(name, shape, _tags(tags), compile_seconds=compile_seconds)
+        report = client.publish(name, shape, _tags(tags), compile_seconds=compile_seconds,
+                                min_compile_seconds=min_compile_seconds, merge=not no_merge)
     except CacheClientError as exc:
         click.echo(f"cachesvc-client: publish failed: {exc.message}", err=True)
         sys.exit(1)

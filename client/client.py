@@ -11,7 +11,7 @@ from . import keys, roots as roots_mod
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
-from .publish import publish as _publish
+from .publish import admit, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore import restore as _restore
 from .verify import REPORTED, Verdict, judge
@@ -126,17 +126,32 @@ class CacheClient:
 
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
-                roots: Optional[Dict[str, str]] = None) -> PublishReport:
+                roots: Optional[Dict[str, str]] = None, min_compile_seconds: Optional[float] = None,
+                merge: bool = True) -> PublishReport:
         """Snapshot this process's compile state and publish it under the key.
 
         ``compile_seconds`` defaults to the compile time torch recorded in this process.
         ``roots`` (role -> folder) replaces the default roots (for tests and special layouts).
+        Admission: when ``compile_seconds`` is under ``min_compile_seconds`` (default
+        ``$CACHESVC_MIN_COMPILE_SECONDS``, else 0) nothing is sent (status ``skipped``,
+        ``admitted=False``); content the service holds under another key is linked (status
+        ``linked``), not uploaded. ``merge`` unions with the key's newest version (see
+        ``cachesvc_client.publish.publish``).
         Raises CacheClientError subclasses on failure; nothing is half-published.
         """
         key = self.key(name, shape, tags, env)
+        if compile_seconds is None:
+            compile_seconds = torch_compile_seconds()
+        if min_compile_seconds is None:
+            min_compile_seconds = float(os.environ.get("CACHESVC_MIN_COMPILE_SECONDS") or 0)
+        why = admit(compile_seconds, min_compile_seconds)
+        if why:
+            report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)
+            log.info("%s", report.summary())
+            return report
         root_list = (roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in roots.items())
                      if roots is not None else roots_mod.default_roots(self.cache_dir))
-        report = _publish(self.api, key, root_list, workers=min(self.workers, 8),
-                          compile_seconds=compile_seconds if compile_seconds is not None else torch_compile_seconds())
+        report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
+                          merge=merge)
         log.info("%s", report.summary())
         return report

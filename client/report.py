@@ -69,7 +69,7 @@ class RestoreReport:
 
 @dataclass
 class PublishReport:
-    status: str               # committed | unchanged
+    status: str               # committed | unchanged | linked | skipped
     name: str
     shape: str
     version_id: Optional[int] = None
@@ -80,11 +80,15 @@ class PublishReport:
     uploaded_bytes: int = 0   # bytes sent (as stored, possibly compressed)
     seconds: float = 0.0
     roots: Dict[str, str] = field(default_factory=dict)
+    admitted: bool = True     # False: skipped by the admission rule (nothing sent)
+    reason: str = ""          # why skipped or linked
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def summary(self) -> str:
+        if self.status in ("skipped", "linked"):
+            return f"publish {self.name} [{self.shape}]: {self.status}: {self.reason}"
         return (f"publish {self.name} [{self.shape}]: {self.status} version {self.version_id}: {self.files} files "
                 f"({human(self.bytes)}), uploaded {self.uploaded_blobs} blobs ({human(self.uploaded_bytes)}) "
                 f"in {self.seconds:.2f} s")

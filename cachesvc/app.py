@@ -66,6 +66,10 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     for module in (versions, blobs, resolve, verdicts, entries, stats, admin, health, metrics_api):
         api.register_blueprint(module.blp)
     app.register_blueprint(web.bp)
+    from .scheduler import Scheduler
+
+    sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])
+    app.before_request(sched.ensure_started)  # in the serving process, never before a fork
     errors.register(app)  # after Api(): our JSON error shape replaces flask-smorest's
     if not app.debug and not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -91,9 +91,10 @@ def new_artifacts(cache_dir: str, since: float, placed: Dict[str, list]) -> Dict
     return out
 
 
-def judge(report: Optional[RestoreReport], cache_dir: str) -> Verdict:
-    """The verdict for ``report`` (the restore this process did), from counters and the roots."""
-    v = Verdict(verdict="nothing_restored", **read_counters())
+def judge(report: Optional[RestoreReport], cache_dir: str, counters: Optional[Dict[str, int]] = None) -> Verdict:
+    """The verdict for ``report`` (the restore this process did), from ``counters`` (default: this
+    process's, ``read_counters()``) and the files in the roots."""
+    v = Verdict(verdict="nothing_restored", **(read_counters() if counters is None else counters))
     if report is None or not report.hit:
         if report is not None:
             v.name, v.shape = report.name, report.shape

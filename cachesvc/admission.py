@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from . import index
-from .models import Entry, Event, Version, VersionFile, utcnow
+from .models import Entry, Event, Version, utcnow
 
 
 def link(session: Session, entry: Entry, body: dict, files: List[dict], digest: str,
@@ -37,10 +37,7 @@ def link(session: Session, entry: Entry, body: dict, files: List[dict], digest: 
     )
     session.add(version)
     session.flush()
-    if files:
-        session.execute(insert(VersionFile), [
-            {"version_id": version.id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
-             "size": f["size"], "mode": f["mode"] & 0o777} for f in files])
+    index.insert_version_files(session, version.id, files)
     session.add(Event(kind="linked", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes))
     return 200, {"status": "linked", "entry": index.entry_summary(entry), "version": index.version_summary(version),
                  "upload": [], "linked_to": {"entry_id": same.entry_id, "version_id": same.id}}

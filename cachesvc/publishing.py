@@ -18,7 +18,7 @@ import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
@@ -88,10 +88,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     )
     session.add(version)
     session.flush()
-    if files:
-        session.execute(insert(VersionFile), [
-            {"version_id": version.id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
-             "size": f["size"], "mode": f["mode"] & 0o777} for f in files])
+    index.insert_version_files(session, version.id, files)
     expires = settings["PRESIGN_EXPIRES"]
     upload = [{"sha256": d, "size": sizes[d],
                "targets": {enc: upload_target(storage, d, enc, expires) for enc in ENCODINGS}}

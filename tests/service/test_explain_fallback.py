@@ -77,6 +77,7 @@ def test_fallback_shape_restores_the_newest_other_shape_and_is_labelled(client, 
         assert s.scalars(select(Event.kind).where(Event.kind.in_(("fallback", "miss")))).all() == ["miss", "fallback"]
     stats = client.get("/api/v1/stats").json
     assert stats["fallbacks"] == 1
+    assert "cachesvc_fallbacks_total 1.0" in client.get("/metrics").get_data(as_text=True)
 
 
 def test_fallback_never_crosses_an_environment_field(client):

@@ -27,6 +27,8 @@ FIELDS = ("name", "shape", "tags") + keys.ENV_FIELDS
 
 #: candidates returned with a miss
 NEAREST = 5
+#: best-ranked entries checked for a committed version (entries without one are rare: GC removes them)
+SHORTLIST = 50
 
 
 def _wanted(key: dict) -> Dict[str, str]:
@@ -42,19 +44,25 @@ def differences(entry: Entry, key: dict) -> List[dict]:
 
 def nearest(session: Session, key: dict, limit: int = NEAREST) -> List[dict]:
     """The ``limit`` committed entries closest to ``key`` (see the module docstring); [] when none shares
-    the name or the environment."""
+    the name or the environment.
+
+    One statement: the entries sharing the name or the environment ranked by differing fields (a scan
+    of the entries table, no join), of which the best ``SHORTLIST`` are checked for a committed version.
+    """
     wanted = _wanted(key)
     same_env = and_(*(getattr(Entry, f) == key["env"][f] for f in keys.ENV_FIELDS))
     ndiff = sum(case((getattr(Entry, f) != wanted[f], 1), else_=0) for f in FIELDS)
-    newest = (select(func.max(Version.id)).where(Version.entry_id == Entry.id, Version.state == "committed")
-              .correlate(Entry).scalar_subquery())
-    rows = session.execute(select(Entry, newest.label("version_id"), ndiff.label("ndiff"))
-                           .where(or_(Entry.name == key["name"], same_env), newest.is_not(None))
-                           .order_by(ndiff, Entry.id.desc()).limit(limit)).all()
+    short = (select(Entry.id, ndiff.label("ndiff")).where(or_(Entry.name == key["name"], same_env))
+             .order_by(ndiff, Entry.id.desc()).limit(SHORTLIST).subquery())
+    newest = (select(func.max(Version.id)).where(Version.entry_id == short.c.id, Version.state == "committed")
+              .correlate(short).scalar_subquery().label("version_id"))
+    ranked = select(short.c.id, short.c.ndiff, newest).subquery()
+    rows = session.execute(select(Entry, ranked.c.version_id).join(ranked, ranked.c.id == Entry.id)
+                           .where(ranked.c.version_id.is_not(None))
+                           .order_by(ranked.c.ndiff, Entry.id.desc()).limit(limit)).all()
     out = []
-    for entry, version_id, _n in rows:
+    for entry, version_id in rows:
         differs = differences(entry, key)
         out.append({"entry": index.entry_summary(entry), "version_id": version_id, "differs": differs,
                     "env_differs": any(d["field"] in keys.ENV_FIELDS for d in differs)})
     return out
-

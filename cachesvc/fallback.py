@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from sqlalchemy import and_, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, contains_eager
 
 from cachesvc_client import keys
 
@@ -38,26 +38,35 @@ from .storage import Storage
 STEPS = ("shape", "shapes", "name")
 
 
-def _newest_per_entry():
-    return (select(Version.entry_id, func.max(Version.id).label("vid")).where(Version.state == "committed")
-            .group_by(Version.entry_id).subquery())
-
-
 def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[Version]:
-    """The versions step ``step`` would restore for ``key``, in priority order ([] when none)."""
-    newest = _newest_per_entry()
+    """The versions step ``step`` would restore for ``key``, in priority order ([] when none).
+
+    The newest committed version among a set of entries is the newest of its own entry, so
+    ``shape`` and ``name`` need no per-entry grouping; ``shapes`` looks up each same-name
+    entry's newest version (few entries, ``ix_versions_entry_state``).
+    """
     same_env = and_(*(getattr(Entry, f) == key["env"][f] for f in keys.ENV_FIELDS))
     tags = keys.canonical_tags(key["tags"])
-    q = (select(Version).join(newest, newest.c.vid == Version.id).join(Entry, Entry.id == Version.entry_id)
-         .where(same_env))
+    committed = (select(Version).join(Entry, Entry.id == Version.entry_id).options(contains_eager(Version.entry))
+                 .where(same_env, Version.state == "committed"))
     if step == "name":
-        # the exact key has no committed version (or this is not a miss), so it is never among these
-        return list(session.scalars(q.order_by((Entry.tags == tags).desc(), Version.id.desc()).limit(1)))
-    q = q.where(Entry.name == key["name"], Entry.tags == tags, Entry.shape != key["shape"])
+        # the exact key has no committed version (or this is not a miss), so it is never among these;
+        # the same tags first, as two walks down the version ids (an ORDER BY on the tag match would sort all)
+        for q in (committed.where(Entry.tags == tags), committed):
+            found = list(session.scalars(q.order_by(Version.id.desc()).limit(1)))
+            if found:
+                return found
+        return []
+    same_name = (Entry.name == key["name"], Entry.tags == tags, Entry.shape != key["shape"])
     if step == "shape":
-        return list(session.scalars(q.order_by(Version.id.desc()).limit(1)))
+        return list(session.scalars(committed.where(*same_name).order_by(Version.id.desc()).limit(1)))
+    newest = (select(func.max(Version.id)).where(Version.entry_id == Entry.id, Version.state == "committed")
+              .correlate(Entry).scalar_subquery())
+    q = (select(Version).join(Entry, Entry.id == Version.entry_id).options(contains_eager(Version.entry))
+         .where(same_env, *same_name, Version.id == newest)
+         .order_by(Entry.restore_count.desc(), Version.id.desc()).limit(100))
     chosen, total = [], 0
-    for v in session.scalars(q.order_by(Entry.restore_count.desc(), Version.id.desc()).limit(100)):
+    for v in session.scalars(q):
         if total + v.total_bytes > max_bytes:
             continue  # a smaller, less restored shape may still fit
         chosen.append(v)
@@ -83,12 +92,14 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
                    key=lambda f: (rank[f.version_id], f.root, f.path))
     blobs = index.present_blobs(session, {f.digest for f in files})
     now = utcnow()
-    for v in versions:
-        session.execute(update(Entry).where(Entry.id == v.entry_id)
-                        .values(restore_count=Entry.restore_count + 1, last_restored_at=now))
-        session.execute(update(Version).where(Version.id == v.id)
-                        .values(restore_count=Version.restore_count + 1, last_restored_at=now))
-        session.add(Event(kind="fallback", entry_id=v.entry_id, version_id=v.id, bytes=v.total_bytes))
+    session.execute(update(Entry).where(Entry.id.in_({v.entry_id for v in versions}))
+                    .values(restore_count=Entry.restore_count + 1, last_restored_at=now)
+                    .execution_options(synchronize_session=False))
+    session.execute(update(Version).where(Version.id.in_(ids))
+                    .values(restore_count=Version.restore_count + 1, last_restored_at=now)
+                    .execution_options(synchronize_session=False))
+    session.add_all([Event(kind="fallback", entry_id=v.entry_id, version_id=v.id, bytes=v.total_bytes)
+                     for v in versions])
     expires = settings["PRESIGN_EXPIRES"]
     return {
         "hit": True,

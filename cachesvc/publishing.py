@@ -63,10 +63,9 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     collect.store_lock(session)  # GC must see this pending version, or run wholly before it
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id)
-    if body.get("merge") and newest is not None:
-        files, roots = merging.union(session, newest, files, body["roots"])
-        body = dict(body, files=files, roots=roots)
-        sizes = _check_manifest(files, roots, settings["MAX_FILES"])
+    if body.get("merge"):
+        files, body = merging.union(session, newest, body)
+        sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     digest = keys.manifest_digest(files)
     if newest is not None and newest.manifest_digest == digest:
         return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
@@ -138,6 +137,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
 
     newest = index.newest_committed(session, entry.id)
+    merging.catch_up(session, version, newest)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
         session.delete(version)  # a concurrent publisher committed the same content first
         return {"status": "unchanged", "version": index.version_summary(newest)}

@@ -140,3 +140,22 @@ def test_bad_verdicts_get_4xx_and_record_nothing(client, app, body, status):
     assert resp.status_code == status, resp.json
     with app.extensions["cachesvc"].db.session() as s:
         assert s.get(Version, vid).verify_count == 0
+
+
+def test_two_merged_publishes_in_flight_at_once_keep_both_shapes(client, app):
+    v1 = publish(client, {"graph-x": b"x" * 10})["version"]["id"]
+    started = []
+    for added in ("graph-y", "graph-z"):  # both created against v1, before either commits
+        files = {"graph-x": b"x" * 10, added: added.encode()}
+        answer = client.post("/api/v1/versions", json=publish_body(files, merge=True)).json
+        assert answer["version"]["meta"]["merged_with"] == str(v1)
+        for item in answer["upload"]:
+            put_blob(client, item["targets"]["identity"], added.encode())
+        started.append(answer["version"]["id"])
+    first = client.post(f"/api/v1/versions/{started[0]}/commit", json={}).json
+    second = client.post(f"/api/v1/versions/{started[1]}/commit", json={}).json
+    assert first["status"] == second["status"] == "committed"
+    assert set(files_of(app, started[1])) == {"graph-x", "graph-y", "graph-z"}
+    assert second["version"]["file_count"] == 3 and second["version"]["meta"]["merged_with"] == str(started[0])
+    hit = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
+    assert {f["path"] for f in hit["files"]} == {"graph-x", "graph-y", "graph-z"}

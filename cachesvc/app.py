@@ -49,7 +49,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
                                           settings=settings)
 
     from . import web
-    from .api import admin, blobs, entries, health, metrics as metrics_api, resolve, stats, versions
+    from .api import admin, blobs, entries, health, metrics as metrics_api, resolve, stats, verdicts, versions
     from .api import require_json_body
     from .metrics import Metrics
     from .schemas import ErrorSchema
@@ -63,9 +63,13 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
         ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
 
     api = _Api(app)
-    for module in (versions, blobs, resolve, entries, stats, admin, health, metrics_api):
+    for module in (versions, blobs, resolve, verdicts, entries, stats, admin, health, metrics_api):
         api.register_blueprint(module.blp)
     app.register_blueprint(web.bp)
+    from .scheduler import Scheduler
+
+    sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])
+    app.before_request(sched.ensure_started)  # in the serving process, never before a fork
     errors.register(app)  # after Api(): our JSON error shape replaces flask-smorest's
     if not app.debug and not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -3,7 +3,8 @@
 An entry is listed while it has a committed version. Its row carries the
 newest committed version's bytes (``size``: what a restore fetches), the
 version count, the bytes of all its versions, created / last restored and
-the restore count.
+the restore count, and ``problem`` when the newest version's restores
+get no cache hit (``cachesvc.verdicts``).
 """
 from __future__ import annotations
 
@@ -38,8 +39,12 @@ def list_entries(session: Session, args: dict) -> dict:
     agg = (select(Version.entry_id, func.count(Version.id).label("versions"),
                   func.max(Version.id).label("newest_id"), func.sum(Version.total_bytes).label("all_bytes"))
            .where(Version.state == "committed").group_by(Version.entry_id).subquery())
-    q = (select(Entry, agg.c.versions, Version.total_bytes, agg.c.all_bytes, agg.c.newest_id, Version.committed_at)
+    q = (select(Entry, agg.c.versions, Version.total_bytes, agg.c.all_bytes, agg.c.newest_id, Version.committed_at,
+                Version.last_verdict)
          .join(agg, agg.c.entry_id == Entry.id).join(Version, Version.id == agg.c.newest_id))
+    if args.get("problem") is not None:
+        flagged = Version.last_verdict == "no_hits"  # verdicts.is_problem, in SQL
+        q = q.where(flagged if args["problem"] else ~flagged | Version.last_verdict.is_(None))
     for field in FILTER_FIELDS:
         if args.get(field):
             q = q.where(getattr(Entry, field) == args[field])
@@ -56,8 +61,8 @@ def list_entries(session: Session, args: dict) -> dict:
     }[args.get("sort", "newest")]
     q = q.order_by(*order, Entry.id.desc()).limit(args["limit"]).offset(args["offset"])
     rows = [dict(index.entry_summary(e), versions=n, size=size, versions_bytes=int(all_bytes),
-                 newest_version_id=newest, last_published_at=index.iso(published))
-            for e, n, size, all_bytes, newest, published in session.execute(q)]
+                 newest_version_id=newest, last_published_at=index.iso(published), problem=verdict == "no_hits")
+            for e, n, size, all_bytes, newest, published, verdict in session.execute(q)]
     nxt = args["offset"] + len(rows)
     return {"total": total, "limit": args["limit"], "offset": args["offset"], "sort": args.get("sort", "newest"),
             "next_offset": nxt if nxt < total else None, "entries": rows}

@@ -50,6 +50,7 @@ def serve(host, port, workers, threads):
             self.cfg.set("timeout", 300)
             self.cfg.set("accesslog", "-")
             self.cfg.set("child_exit", child_exit)
+            self.cfg.set("post_fork", lambda _server, _worker: app.extensions["cachesvc_scheduler"].ensure_started())
 
         def load(self):
             return app

@@ -29,6 +29,9 @@ SETTINGS: Dict[str, tuple] = {
     "ANONYMOUS_READ": (None, "bool", "Let requests without a token read (browse, resolve, download, stats); default on for the embedded default (SQLite), off otherwise. Writing always needs a token."),
     "METRICS_PUBLIC": (True, "bool", "Serve /metrics without a token; off: /metrics needs a token with read scope."),
     "GC_GRACE_SECONDS": (None, float, "Seconds a purged version's blobs stay after the purge, so restores that already resolved it finish; default PRESIGN_EXPIRES + 3600."),
+    "FALLBACK_MAX_BYTES": (2 * 1024**3, int, "Most bytes a `shapes` fallback restore brings (the union of the most restored shapes of a key)."),
+    "LRU_BUDGET_BYTES": (0, int, "Stored bytes the scheduled eviction keeps: least recently restored versions are purged beyond it, then GC runs; 0: off."),
+    "GC_INTERVAL_SECONDS": (0, float, "Seconds between scheduled runs of that eviction (LRU_BUDGET_BYTES) and GC inside the service; 0: no scheduled runs."),
 }
 
 

@@ -5,14 +5,15 @@ import datetime as dt
 import json
 from typing import Dict, Iterable, List, Optional, Set
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
+from . import verdicts
 from .errors import InvalidRequest, NotFound
-from .models import MAX_ID, Blob, Entry, Event, Version
+from .models import MAX_ID, Blob, Entry, Event, Version, VersionFile
 
 
 def iso(t: Optional[dt.datetime]) -> Optional[str]:
@@ -45,6 +46,14 @@ def insert_blobs(session: Session, rows: List[dict]) -> int:
     if added:
         session.add(Event(kind="stored", bytes=sum(added)))
     return sum(added)
+
+
+def insert_version_files(session: Session, version_id: int, files: List[dict]) -> None:
+    """The manifest rows of a version (``files`` as the publish schema loads them)."""
+    if files:
+        session.execute(insert(VersionFile), [
+            {"version_id": version_id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
+             "size": f["size"], "mode": f["mode"] & 0o777} for f in files])
 
 
 def get_or_404(session: Session, model, ident, what: str):
@@ -113,6 +122,10 @@ def version_summary(v: Version) -> dict:
         "committed_at": iso(v.committed_at),
         "last_restored_at": iso(v.last_restored_at),
         "restore_count": v.restore_count,
+        "verify_count": v.verify_count,
+        "no_hit_count": v.no_hit_count,
+        "last_verdict": v.last_verdict,
+        "problem": verdicts.is_problem(v),
     }
 
 

@@ -45,6 +45,7 @@ class _DatabaseCollector:
                                ("restores", "restores", "Resolves that found a version (cache hits)"),
                                ("hits", "hits", "Cache hits"),
                                ("misses", "misses", "Cache misses"),
+                               ("fallbacks", "fallbacks", "Versions delivered by fallback restores"),
                                ("gc_runs", "gc_runs", "Garbage-collection runs"),
                                ("compile_seconds_saved", "compile_seconds_saved",
                                 "Cold compile seconds saved by hits")):

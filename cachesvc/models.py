@@ -67,7 +67,8 @@ class Entry(Base):
 
 class Version(Base):
     __tablename__ = "versions"
-    __table_args__ = (Index("ix_versions_entry_state", "entry_id", "state", "id"),)
+    __table_args__ = (Index("ix_versions_entry_state", "entry_id", "state", "id"),
+                      Index("ix_versions_manifest_digest", "manifest_digest"))  # admission: same content, other key
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
@@ -85,6 +86,11 @@ class Version(Base):
     last_restored_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
     restore_count: Mapped[int] = mapped_column(Integer, default=0)
     purged_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
+    # What processes that restored this version said afterwards (client.verify(), see cachesvc.verdicts)
+    verify_count: Mapped[int] = mapped_column(Integer, default=0)
+    no_hit_count: Mapped[int] = mapped_column(Integer, default=0)   # restores that delivered files but no hit
+    last_verdict: Mapped[Optional[str]] = mapped_column(String(16))  # paid_off | partial | no_hits
+    last_verified_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
 
     entry: Mapped[Entry] = relationship(back_populates="versions")
     files: Mapped[List["VersionFile"]] = relationship(cascade="all, delete-orphan", passive_deletes=True,
@@ -121,7 +127,7 @@ class Event(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
-    kind: Mapped[str] = mapped_column(String(16))  # publish | hit | miss | stored | freed
+    kind: Mapped[str] = mapped_column(String(16))  # publish | hit | fallback | miss | linked | stored | freed | verify
     entry_id: Mapped[Optional[int]] = mapped_column(Integer)
     version_id: Mapped[Optional[int]] = mapped_column(Integer)
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -7,7 +7,10 @@
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it.
 
-Content equal to the key's newest committed version creates no version.
+Content equal to the key's newest committed version creates no version;
+content equal to another key's committed version is linked at once
+(``cachesvc.admission``); with ``merge`` the manifest is first unioned with
+the key's newest version (``cachesvc.merging``).
 """
 from __future__ import annotations
 
@@ -15,12 +18,12 @@ import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import collect, index
+from . import admission, collect, index, merging
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Entry, Event, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
@@ -58,12 +61,18 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     key, files = body["key"], body["files"]
     sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     collect.store_lock(session)  # GC must see this pending version, or run wholly before it
-    digest = keys.manifest_digest(files)
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id)
+    if body.get("merge"):
+        files, body = merging.union(session, newest, body)
+        sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
+    digest = keys.manifest_digest(files)
     if newest is not None and newest.manifest_digest == digest:
         return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
                      "version": index.version_summary(newest), "upload": []}
+    linked = admission.link(session, entry, body, files, digest, sizes)
+    if linked is not None:
+        return linked
 
     present = index.present_blobs(session, sizes)
     for d, blob in present.items():
@@ -78,10 +87,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     )
     session.add(version)
     session.flush()
-    if files:
-        session.execute(insert(VersionFile), [
-            {"version_id": version.id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
-             "size": f["size"], "mode": f["mode"] & 0o777} for f in files])
+    index.insert_version_files(session, version.id, files)
     expires = settings["PRESIGN_EXPIRES"]
     upload = [{"sha256": d, "size": sizes[d],
                "targets": {enc: upload_target(storage, d, enc, expires) for enc in ENCODINGS}}
@@ -131,6 +137,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
 
     newest = index.newest_committed(session, entry.id)
+    merging.catch_up(session, version, newest)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
         session.delete(version)  # a concurrent publisher committed the same content first
         return {"status": "unchanged", "version": index.version_summary(newest)}

@@ -1,10 +1,12 @@
 """Resolve a key to its newest committed version, with where to fetch each blob."""
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from . import index
+from . import explain, fallback, index
 from .models import Entry, Event, Version, VersionFile, utcnow
 from .storage import Storage, blob_key
 
@@ -13,8 +15,10 @@ def blob_url(storage: Storage, digest: str, encoding: str, expires: int) -> str:
     return storage.download_url(blob_key(digest, encoding), expires) or f"/api/v1/blobs/{digest}"
 
 
-def resolve(session: Session, storage: Storage, settings: dict, key: dict) -> dict:
-    """Return ``{"hit": False, "reason": ...}`` or the version's manifest and blob URLs.
+def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallbacks: Sequence[str] = (),
+            fallback_max_bytes: Optional[int] = None) -> dict:
+    """Return the version's manifest and blob URLs, else the first fallback that finds something
+    (``cachesvc.fallback``), else ``{"hit": False, "reason": ..., "nearest": [...]}`` (``cachesvc.explain``).
 
     A hit counts as a restore of the entry and the version (the counters the
     browse pages and purge-by-last-use read).
@@ -24,7 +28,10 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict) -> di
     if version is None:
         session.add(Event(kind="miss", entry_id=entry.id if entry else None))
         reason = "no entry has this key" if entry is None else "the entry has no committed version"
-        return {"hit": False, "reason": reason}
+        found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes)
+        if found is not None:
+            return dict(found, reason=reason)
+        return {"hit": False, "reason": reason, "nearest": explain.nearest(session, key)}
 
     files = session.execute(select(VersionFile.root, VersionFile.path, VersionFile.digest, VersionFile.size,
                                    VersionFile.mode).where(VersionFile.version_id == version.id)

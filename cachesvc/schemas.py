@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from cachesvc_client import keys
 from marshmallow import Schema, ValidationError, fields, validate
+from webargs.fields import DelimitedList
+
+from .fallback import STEPS as FALLBACK_STEPS
 
 
 def _rule(check):
@@ -62,6 +65,9 @@ class PublishSchema(Schema):
     compile_seconds = fields.Float(load_default=None, allow_none=True, validate=validate.Range(0, 10**7))
     meta = fields.Dict(keys=fields.String(validate=validate.Length(max=64)),
                        values=fields.String(validate=validate.Length(max=1000)), load_default=dict)
+    merge = fields.Boolean(load_default=False, metadata={
+        "description": "add the key's newest committed version's files at paths this manifest lacks, so the key "
+                       "converges to the union of what its publishers compiled"})
 
 
 class UploadedSchema(Schema):
@@ -87,6 +93,23 @@ class ResolveArgs(Schema):
     python = _text(keys.MAX_ENV_VALUE, required=True)
     device = _text(keys.MAX_ENV_VALUE, required=True)
     arch = _text(keys.MAX_ENV_VALUE, required=True)
+    fallback = DelimitedList(fields.String(validate=validate.OneOf(FALLBACK_STEPS)), load_default=list,
+                                    metadata={"description": "comma-separated steps tried in order when the exact "
+                                                             "key has no version: shape (same key, any shape: "
+                                                             "newest), shapes (the most restored shapes, up to "
+                                                             "fallback_max_bytes), name (same environment, any "
+                                                             "name)"})
+    fallback_max_bytes = fields.Integer(validate=validate.Range(0, 2**62), metadata={
+        "description": "byte budget of the `shapes` step; default CACHESVC_FALLBACK_MAX_BYTES"})
+
+
+class VerdictSchema(Schema):
+    versions = fields.List(fields.Integer(strict=True, validate=validate.Range(1, 2**31 - 1)), required=True,
+                           validate=validate.Length(min=1, max=100),
+                           metadata={"description": "the versions the restore delivered"})
+    verdict = fields.String(required=True, validate=validate.OneOf(["paid_off", "partial", "no_hits"]))
+    fallback = fields.String(load_default="", validate=validate.OneOf(("",) + FALLBACK_STEPS),
+                             metadata={"description": "the fallback step of the restore; empty: the exact key"})
 
 
 SORTS = ("newest", "largest", "most_restored", "last_restored")
@@ -104,6 +127,8 @@ class EntryFilterArgs(Schema):
     python = fields.String()
     device = fields.String()
     arch = fields.String()
+    problem = fields.Boolean(metadata={"description": "true: only entries whose newest version's restores got no "
+                                                      "cache hit (client.verify()); false: only the others"})
     sort = fields.String(load_default="newest", validate=validate.OneOf(SORTS),
                          metadata={"description": "newest (last published), largest (newest version's bytes), "
                                                   "most_restored, last_restored"})

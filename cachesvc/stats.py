@@ -1,7 +1,9 @@
 """What the cache holds, costs and saves: totals and a daily series, from the index.
 
 Stored bytes over time come from ``stored`` and ``freed`` events (written when
-blob rows are added and when GC deletes them); hits from ``hit`` events. Each
+blob rows are added and when GC deletes them); hits from ``hit`` events; ``fallbacks`` counts ``fallback`` events
+(one per version a fallback restore delivered; the exact key's miss is
+counted too). Each
 hit counts its version's ``compile_seconds`` as saved (the publisher's cold
 compile time, recorded in the event so it survives a purge).
 """
@@ -35,6 +37,7 @@ def totals(session: Session) -> Dict[str, float]:
         "dedup_ratio": round(logical / stored, 3) if stored else None,
         "publishes": by_kind.get("publish", (0, 0))[0],
         "restores": hits, "hits": hits, "misses": misses,
+        "fallbacks": by_kind.get("fallback", (0, 0))[0],  # versions restored as a fallback (cachesvc.fallback)
         "hit_rate": round(hits / (hits + misses), 3) if hits + misses else None,
         "compile_seconds_saved": round(float(by_kind.get("hit", (0, 0.0))[1]), 3),
         "gc_runs": gc_runs,

@@ -34,6 +34,8 @@ def _filters() -> dict:
             raise InvalidRequest(f"tag filter {t!r} is not KEY=VALUE")
     if tags:
         args["tag"] = tags
+    if request.args.get("problem", "").lower() in ("1", "true", "yes"):
+        args["problem"] = True  # only entries whose restores get no cache hit
     sort = request.args.get("sort", "newest")
     if sort not in SORTS:
         raise InvalidRequest(f"sort must be one of {', '.join(SORTS)}")

@@ -59,12 +59,20 @@ def main():
 @click.option("--stall-timeout", default=30.0, show_default=True, help="Seconds a transfer may stall.")
 @click.option("--budget", default=300.0, show_default=True, help="Seconds the whole restore may take.")
 @click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error.")
-def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, budget, strict):
-    """Fetch the newest matching version into the cache dir."""
+@click.option("--fallback", "fallbacks", default="", metavar="STEPS",
+              help="Comma-separated steps tried in order when the exact key has no version: shape (same key, any "
+                   "shape), shapes (the most restored shapes, unioned), name (same environment, any name).")
+@click.option("--fallback-max-bytes", type=int, default=None, help="Byte budget of the shapes step.")
+def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, budget, strict, fallbacks,
+            fallback_max_bytes):
+    """Fetch the newest matching version into the cache dir. A miss names the nearest entries and the
+    key fields that differ."""
     _setup_logging(quiet)
     client = CacheClient(url, token, cache_dir, timeout=timeout, stall_timeout=stall_timeout, budget=budget)
+    steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
     try:
-        report = client.restore(name, shape, _tags(tags), strict=strict)
+        report = client.restore(name, shape, _tags(tags), strict=strict, fallbacks=steps,
+                                fallback_max_bytes=fallback_max_bytes)
     except (CacheClientError, OSError) as exc:
         click.echo(f"cachesvc-client: restore failed: {getattr(exc, 'message', None) or exc}", err=True)
         sys.exit(1)
@@ -74,12 +82,18 @@ def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, s
 @main.command()
 @_common
 @click.option("--compile-seconds", type=float, default=None, help="Cold compile time to record.")
-def publish(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, compile_seconds):
+@click.option("--min-compile-seconds", type=float, envvar="CACHESVC_MIN_COMPILE_SECONDS", default=0.0,
+              show_default=True, help="Skip the publish when --compile-seconds is under this "
+                                      "[env CACHESVC_MIN_COMPILE_SECONDS].")
+@click.option("--no-merge", is_flag=True, help="Do not union with the key's newest version.")
+def publish(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, compile_seconds, min_compile_seconds,
+            no_merge):
     """Snapshot the cache dir (and the other roots) and publish it."""
     _setup_logging(quiet)
     client = CacheClient(url, token, cache_dir, timeout=timeout)
     try:
-        report = client.publish(name, shape, _tags(tags), compile_seconds=compile_seconds)
+        report = client.publish(name, shape, _tags(tags), compile_seconds=compile_seconds,
+                                min_compile_seconds=min_compile_seconds, merge=not no_merge)
     except CacheClientError as exc:
         click.echo(f"cachesvc-client: publish failed: {exc.message}", err=True)
         sys.exit(1)

@@ -1,18 +1,20 @@
 """``CacheClient``: the public entry point of the client library."""
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 from . import keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
-from .publish import publish as _publish
+from .publish import admit, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore import restore as _restore
+from .verify import REPORTED, Verdict, judge
 
 log = logging.getLogger("cachesvc_client")
 
@@ -52,6 +54,7 @@ class CacheClient:
         self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
         self.timeout, self.stall_timeout, self.workers, self.budget = timeout, stall_timeout, workers, budget
         self._api: Optional[ServiceAPI] = None
+        self.last_restore: Optional[RestoreReport] = None
 
     @property
     def api(self) -> ServiceAPI:
@@ -66,10 +69,17 @@ class CacheClient:
                 "env": keys.check_env(env if env is not None else environment())}
 
     def restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *, strict: bool = False,
-                env: Optional[Mapping[str, str]] = None) -> RestoreReport:
+                env: Optional[Mapping[str, str]] = None, fallbacks: Sequence[str] = (),
+                fallback_max_bytes: Optional[int] = None, verify_at_exit: bool = False) -> RestoreReport:
         """Fetch the newest version of this key into the cache dir (and the other roots).
 
         Returns a RestoreReport; ``report.hit`` says whether anything was restored.
+        On a miss, ``report.nearest`` names the closest entries and the key fields that
+        differ (also logged). ``fallbacks`` lists steps tried in order when the exact key
+        has no version: ``shape`` (same key, any shape), ``shapes`` (the most restored
+        shapes, up to ``fallback_max_bytes``), ``name`` (same environment, any name);
+        ``report.fallback`` names the step that answered. ``verify_at_exit`` runs
+        ``verify()`` when the process exits and logs its verdict.
         On service or storage trouble it logs a warning and returns a miss, so the
         process compiles cold; with ``strict=True`` it raises CacheClientError instead.
         Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
@@ -78,7 +88,8 @@ class CacheClient:
         torch_fixes.apply()  # where torch is imported already: see client/torch_fixes.py
         try:
             report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
-                              stall_timeout=self.stall_timeout, budget=self.budget)
+                              stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
+                              fallback_max_bytes=fallback_max_bytes)
         except (CacheClientError, OSError) as exc:
             # OSError: the container's own disk (full, read-only) failed us; still a miss, never a crash.
             if strict:
@@ -88,6 +99,9 @@ class CacheClient:
             return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {message}")
         if not self._cache_dir_given:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+        self.last_restore = report
+        if verify_at_exit:
+            atexit.register(self.verify)
         log.info("%s", report.summary())
         for warning in report.warnings:
             log.warning("cachesvc restore: %s", warning)
@@ -97,19 +111,53 @@ class CacheClient:
             raise CacheClientError(report.summary(), code="miss")
         return report
 
+    def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True) -> Verdict:
+        """After the process compiled: did the restore (default: this client's last) pay off?
+
+        Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verify``),
+        logs the verdict and, with ``send``, reports ``paid_off``/``partial``/``no_hits`` to the
+        service, which marks versions whose restores get no hits as problems. Never raises on
+        service trouble: the verdict comes back with ``reported=False``.
+        """
+        verdict = judge(report or self.last_restore, self.cache_dir)
+        (log.warning if verdict.verdict == "no_hits" else log.info)("%s", verdict.summary())
+        if send and verdict.verdict in REPORTED:
+            try:
+                self.api.verdict({"versions": verdict.versions, "verdict": verdict.verdict,
+                                  "fallback": verdict.fallback})
+                verdict.reported = True
+            except CacheClientError as exc:
+                log.warning("cachesvc verify: could not report the verdict: %s", exc.message)
+        return verdict
+
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
-                roots: Optional[Dict[str, str]] = None) -> PublishReport:
+                roots: Optional[Dict[str, str]] = None, min_compile_seconds: Optional[float] = None,
+                merge: bool = True) -> PublishReport:
         """Snapshot this process's compile state and publish it under the key.
 
         ``compile_seconds`` defaults to the compile time torch recorded in this process.
         ``roots`` (role -> folder) replaces the default roots (for tests and special layouts).
+        Admission: when ``compile_seconds`` is under ``min_compile_seconds`` (default
+        ``$CACHESVC_MIN_COMPILE_SECONDS``, else 0) nothing is sent (status ``skipped``,
+        ``admitted=False``); content the service holds under another key is linked (status
+        ``linked``), not uploaded. ``merge`` unions with the key's newest version (see
+        ``cachesvc_client.publish.publish``).
         Raises CacheClientError subclasses on failure; nothing is half-published.
         """
         key = self.key(name, shape, tags, env)
+        if compile_seconds is None:
+            compile_seconds = torch_compile_seconds()
+        if min_compile_seconds is None:
+            min_compile_seconds = float(os.environ.get("CACHESVC_MIN_COMPILE_SECONDS") or 0)
+        why = admit(compile_seconds, min_compile_seconds)
+        if why:
+            report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)
+            log.info("%s", report.summary())
+            return report
         root_list = (roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in roots.items())
                      if roots is not None else roots_mod.default_roots(self.cache_dir))
-        report = _publish(self.api, key, root_list, workers=min(self.workers, 8),
-                          compile_seconds=compile_seconds if compile_seconds is not None else torch_compile_seconds())
+        report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
+                          merge=merge)
         log.info("%s", report.summary())
         return report

@@ -7,7 +7,7 @@ so a container start never waits on the cache longer than it was told to.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 from urllib.parse import urljoin
 
 import requests
@@ -66,11 +66,16 @@ class ServiceAPI:
             delay = min(delay * 2, 2.0)
 
     # -- endpoints ----------------------------------------------------------
-    def resolve(self, key: dict, deadline: Optional[float] = None) -> dict:
+    def resolve(self, key: dict, deadline: Optional[float] = None, fallbacks: Sequence[str] = (),
+                fallback_max_bytes: Optional[int] = None) -> dict:
         import json
 
         params = {"name": key["name"], "shape": key["shape"],
                   "tags": json.dumps(key["tags"], sort_keys=True), **key["env"]}
+        if fallbacks:
+            params["fallback"] = ",".join(fallbacks)
+        if fallback_max_bytes is not None:
+            params["fallback_max_bytes"] = str(fallback_max_bytes)
         return self.call("GET", "/api/v1/resolve", deadline=deadline, params=params)
 
     def create_version(self, body: dict) -> dict:
@@ -78,6 +83,9 @@ class ServiceAPI:
 
     def commit(self, version_id: int, uploaded: list) -> dict:
         return self.call("POST", f"/api/v1/versions/{version_id}/commit", json={"uploaded": uploaded})
+
+    def verdict(self, body: dict) -> dict:
+        return self.call("POST", "/api/v1/verdicts", json=body)
 
     def entries(self, **filters) -> dict:
         return self.call("GET", "/api/v1/entries", params=filters)

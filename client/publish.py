@@ -70,8 +70,19 @@ def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict],
     return files, where
 
 
+def admit(compile_seconds: Optional[float], min_compile_seconds: float) -> str:
+    """Why a publish is not worth it ("" when it is): a cold compile shorter than ``min_compile_seconds``
+    (JAX's ``jax_persistent_cache_min_compile_time_secs`` rule). Unknown compile time: admitted."""
+    if compile_seconds is not None and compile_seconds < min_compile_seconds:
+        return (f"the compile took {compile_seconds:.2f} s, under the {min_compile_seconds:.2f} s threshold "
+                "(min_compile_seconds / CACHESVC_MIN_COMPILE_SECONDS): restoring would not pay; nothing sent")
+    return ""
+
+
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
-            workers: int = 8, transfer_timeout: float = 600.0) -> PublishReport:
+            workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True) -> PublishReport:
+    """Snapshot ``roots`` and publish them under ``key``. With ``merge`` the service unions the manifest
+    with the key's newest version (``cachesvc.merging``), so publishers that restored it converge."""
     start = time.monotonic()
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
@@ -83,6 +94,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         "roots": {r.role: os.path.abspath(r.path) for r in roots},
         "files": files,
         "compile_seconds": compile_seconds,
+        "merge": merge,
         "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid()),
                  "torch_dir": torch_dir() or ""},
     }
@@ -90,7 +102,12 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     report = PublishReport(status=answer["status"], name=key["name"], shape=key["shape"],
                            version_id=answer["version"]["id"], entry_id=answer["entry"]["id"],
                            files=len(files), bytes=sum(f["size"] for f in files), roots=body["roots"])
-    if answer["status"] == "unchanged":
+    if answer["status"] == "linked":
+        linked = answer["linked_to"]
+        report.reason = (f"the same content is stored as version {linked['version_id']} of entry "
+                         f"{linked['entry_id']}: recorded this key as version {report.version_id}, uploaded nothing")
+    if answer["status"] in ("unchanged", "linked"):
+        report.files, report.bytes = answer["version"]["file_count"], answer["version"]["total_bytes"]
         report.seconds = time.monotonic() - start
         return report
 
@@ -145,5 +162,6 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     report.uploaded_bytes = sum(s["length"] for s in sent)
     report.status = done["status"]
     report.version_id = done["version"]["id"]
+    report.files, report.bytes = done["version"]["file_count"], done["version"]["total_bytes"]  # merged
     report.seconds = time.monotonic() - start
     return report

@@ -8,6 +8,22 @@ from typing import Dict, List, Optional
 from .progress import human
 
 
+def _show(value: str) -> str:
+    return value if value and not any(c.isspace() or c in "'\"" for c in value) else repr(value)
+
+
+def describe_differences(differs: List[dict]) -> str:
+    """``[{field, wanted, have}]`` as ``torch 2.13.1 != 2.13.0, device 'NVIDIA H200' != 'NVIDIA H100 80GB HBM3'``."""
+    return ", ".join(f"{d['field']} {_show(d['wanted'])} != {_show(d['have'])}" for d in differs)
+
+
+def describe_entry(candidate: dict) -> str:
+    """One of the service's ``nearest`` or ``fallback.entries`` rows, for a log line."""
+    e = candidate["entry"]
+    return (f"entry {e['id']} {e['name']} [{e['shape']}] version {candidate.get('version_id')}: "
+            f"{describe_differences(candidate['differs']) or 'same key'}")
+
+
 @dataclass
 class RestoreReport:
     hit: bool
@@ -24,14 +40,26 @@ class RestoreReport:
     roots: Dict[str, str] = field(default_factory=dict)  # role -> local folder restored into
     reason: str = ""          # why a miss was a miss
     warnings: List[str] = field(default_factory=list)  # things that will cost compile time despite the hit
+    fallback: str = ""        # the fallback step that answered (shape | shapes | name); "" for the exact key
+    versions: List[int] = field(default_factory=list)  # every version restored (several for a `shapes` fallback)
+    fallback_entries: List[dict] = field(default_factory=list)  # the service's fallback.entries: what differs
+    nearest: List[dict] = field(default_factory=list)  # on a miss: the closest entries and what differs
+    started_at: float = 0.0   # time.time() when the restore began (client.verify() looks for newer files)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def summary(self) -> str:
         if not self.hit:
-            return f"restore {self.name} [{self.shape}]: miss ({self.reason}) in {self.seconds:.2f} s"
-        text = (f"restore {self.name} [{self.shape}]: hit version {self.version_id}: {self.files} files written "
+            text = f"restore {self.name} [{self.shape}]: miss ({self.reason}) in {self.seconds:.2f} s"
+            if self.nearest:
+                text += "; nearest: " + "; ".join(describe_entry(c) for c in self.nearest[:3])
+            return text
+        what = f"hit version {self.version_id}"
+        if self.fallback:
+            what = (f"fallback '{self.fallback}' ({self.reason}), version(s) {', '.join(map(str, self.versions))} "
+                    f"[{'; '.join(describe_entry(c) for c in self.fallback_entries)}]")
+        text = (f"restore {self.name} [{self.shape}]: {what}: {self.files} files written "
                 f"({human(self.bytes_written)}, {human(self.bytes)} transferred), {self.files_present} already "
                 f"present, {self.seconds:.2f} s")
         if self.failed:
@@ -41,7 +69,7 @@ class RestoreReport:
 
 @dataclass
 class PublishReport:
-    status: str               # committed | unchanged
+    status: str               # committed | unchanged | linked | skipped
     name: str
     shape: str
     version_id: Optional[int] = None
@@ -52,11 +80,15 @@ class PublishReport:
     uploaded_bytes: int = 0   # bytes sent (as stored, possibly compressed)
     seconds: float = 0.0
     roots: Dict[str, str] = field(default_factory=dict)
+    admitted: bool = True     # False: skipped by the admission rule (nothing sent)
+    reason: str = ""          # why skipped or linked
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def summary(self) -> str:
+        if self.status in ("skipped", "linked"):
+            return f"publish {self.name} [{self.shape}]: {self.status}: {self.reason}"
         return (f"publish {self.name} [{self.shape}]: {self.status} version {self.version_id}: {self.files} files "
                 f"({human(self.bytes)}), uploaded {self.uploaded_blobs} blobs ({human(self.uploaded_bytes)}) "
                 f"in {self.seconds:.2f} s")

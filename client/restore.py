@@ -16,7 +16,12 @@ Guarantees:
 
 State kept in ``<inductor root>/.cachesvc/``: ``restore.lock`` and
 ``restored.json`` (size and mtime of each file the last restore placed, so
-a later restore of the same version skips re-hashing them).
+a later restore of the same version skips re-hashing them; which versions
+they came from, for ``client.verify()``).
+
+A fallback restore (``fallbacks=``, see ``cachesvc.fallback``) may list one
+path twice when it unions several versions: the same content is placed
+once; different content: the first listed wins and the report says so.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from filelock import FileLock, Timeout
 
@@ -79,7 +84,14 @@ class _Stamp:
     def __init__(self, state_dir: str):
         self.path = os.path.join(state_dir, "restored.json")
 
-    def load(self, version_id: int) -> Dict[str, Tuple[int, int]]:
+    def doc(self) -> dict:
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+    def load(self, version_id) -> Dict[str, Tuple[int, int]]:
         try:
             with open(self.path) as f:
                 doc = json.load(f)
@@ -87,7 +99,7 @@ class _Stamp:
         except (OSError, ValueError, KeyError, TypeError):
             return {}
 
-    def save(self, version_id: int, placed: Dict[str, str]) -> None:
+    def save(self, version_id, placed: Dict[str, str], extra: Optional[dict] = None) -> None:
         files = {}
         for k, target in placed.items():
             try:
@@ -98,7 +110,7 @@ class _Stamp:
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w") as f:
-                json.dump({"version_id": version_id, "files": files}, f)
+                json.dump({"version_id": version_id, "files": files, **(extra or {})}, f)
             os.replace(tmp, self.path)
         except OSError as exc:  # a full disk: the stamp only saves re-hashing next time
             log.warning("could not record the restored files in %s: %s", self.path, exc)
@@ -164,8 +176,30 @@ def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
     os.replace(tmp, first)
 
 
+def load_stamp(cache_dir: str) -> dict:
+    """What the last restore into ``cache_dir`` placed: ``{"version_id", "versions", "fallback",
+    "restored_at", "files": {"role/path": [size, mtime_ns]}}`` ({} when none)."""
+    inductor = os.path.realpath(roots_mod.resolve_root("inductor", cache_dir))
+    return _Stamp(os.path.join(inductor, STATE_DIR)).doc()
+
+
+def dedup_files(files: List[dict]) -> Tuple[List[dict], List[str]]:
+    """Keep the first row of each (root, path); return (rows, "root:path" of those listed with other content)."""
+    seen: Dict[Tuple[str, str], str] = {}
+    out, conflicts = [], []
+    for f in files:
+        where = (f["root"], f["path"])
+        if where not in seen:
+            seen[where] = f["sha256"]
+            out.append(f)
+        elif seen[where] != f["sha256"] and f"{f['root']}:{f['path']}" not in conflicts:
+            conflicts.append(f"{f['root']}:{f['path']}")
+    return out, conflicts
+
+
 def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
-            stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
+            stall_timeout: float = 30.0, budget: Optional[float] = None, fallbacks: Sequence[str] = (),
+            fallback_max_bytes: Optional[int] = None) -> RestoreReport:
     """Restore the newest version of ``key`` into this process's roots. See the module docstring.
 
     ``budget``: seconds the whole restore may take (waiting for another rank's
@@ -177,15 +211,24 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
     start = time.monotonic()
     deadline = None if budget is None else start + budget
     lock_timeout = 600.0 if budget is None else budget
-    report = RestoreReport(hit=False, name=key["name"], shape=key["shape"])
-    answer = api.resolve(key, deadline=start + timeout)
+    report = RestoreReport(hit=False, name=key["name"], shape=key["shape"], started_at=time.time())
+    answer = api.resolve(key, deadline=start + timeout, fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes)
     if not answer.get("hit"):
         report.reason = answer.get("reason", "no match")
+        report.nearest = answer.get("nearest", [])
         report.seconds = time.monotonic() - start
         return report
     files, blobs, version = answer["files"], answer["blobs"], answer["version"]
     check_manifest(files)
     report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
+    report.versions = [version["id"]]
+    if answer.get("fallback"):
+        report.fallback, report.reason = answer["fallback"]["step"], answer.get("reason", "")
+        report.versions, report.fallback_entries = answer["fallback"]["versions"], answer["fallback"]["entries"]
+        files, conflicts = dedup_files(files)
+        if conflicts:
+            report.warnings.append(f"{len(conflicts)} path(s) have different content in the fallback versions; "
+                                   f"kept version {report.versions[0]}'s first: {conflicts[0]}")
     published_torch = (version.get("meta") or {}).get("torch_dir")
     here = torch_dir()
     if published_torch and here and published_torch != here:
@@ -221,7 +264,8 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
                local: Dict[str, Optional[str]], state_dir: str, workers: int, stall_timeout: float,
                deadline: Optional[float]) -> None:
     stamp = _Stamp(state_dir)
-    known = stamp.load(report.version_id)
+    stamp_id = report.version_id if len(report.versions) == 1 else "+".join(map(str, report.versions))
+    known = stamp.load(stamp_id)
     wanted: Dict[str, List[Tuple[str, int]]] = {}  # digest -> [(target, mode)]
     placed: Dict[str, str] = {}                    # "role/path" -> target
     for f in files:
@@ -307,4 +351,5 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
                     for t, _ in targets:
                         report.failed.append(f"{t}: {problem}")
                         missing.add(t)
-    stamp.save(report.version_id, {k: t for k, t in placed.items() if t not in missing})
+    stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing},
+               {"versions": report.versions, "fallback": report.fallback, "restored_at": report.started_at})

@@ -5,6 +5,7 @@ counters and the restore/publish reports. Run it with its own HOME, TMPDIR
 and TORCHINDUCTOR_CACHE_DIR, as a restarted container would have.
 
     python demo/worker.py --model mlp --url http://127.0.0.1:8787 --restore --publish
+    python demo/worker.py --model mlp-b4 --name mlp --restore --fallback shape --verify  # another shape
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def main() -> None:
     p.add_argument("--url", default=os.environ.get("CACHESVC_URL"))
     p.add_argument("--restore", action="store_true")
     p.add_argument("--publish", action="store_true")
+    p.add_argument("--fallback", default="", metavar="STEPS",
+                   help="with --restore: fallback steps when the exact key has none, e.g. shape,name")
+    p.add_argument("--verify", action="store_true",
+                   help="after the first call: client.verify() (did the restore pay off?), reported to the service")
     p.add_argument("--mode", default="default", help="torch.compile mode")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--restore-hook", default=None, metavar="MODULE:FUNC",
@@ -47,7 +52,7 @@ def main() -> None:
     from cachesvc_client import CacheClient, shape_signature
 
     out = {"model": args.model, "pid": os.getpid()}
-    client = CacheClient(args.url) if (args.restore or args.publish) else None
+    client = CacheClient(args.url) if (args.restore or args.publish or args.verify) else None
     import torch
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
@@ -57,7 +62,7 @@ def main() -> None:
     tags = {"mode": args.mode}
     if args.restore:
         t = time.perf_counter()
-        report = client.restore(name, shape, tags)
+        report = client.restore(name, shape, tags, fallbacks=[x for x in args.fallback.split(",") if x])
         out["restore_s"] = time.perf_counter() - t
         out["restore"] = report.to_dict()
     if args.restore_hook:
@@ -81,6 +86,8 @@ def main() -> None:
     out["counters"].update({k: v for k, v in counters["aot_autograd"].items() if "cache" in k})
     out["counters_all"] = {group: dict(c) for group, c in counters.items() if c}
     out["cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if args.verify:
+        out["verify"] = client.verify().to_dict()
     if args.after_hook:
         t = time.perf_counter()
         out["after"] = _hook(args.after_hook)() or {}

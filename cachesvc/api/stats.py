@@ -17,7 +17,7 @@ blp = Blueprint("stats", __name__, url_prefix="/api/v1/stats", description="Cach
 @blp.response(200)
 def get_stats(args):
     """Entries, versions, blobs; logical against stored bytes (`dedup_ratio`); publishes, restores, hits,
-    misses; compile seconds saved (each hit counts its version's `compile_seconds`); and a daily series
+    misses, `fallbacks` (versions delivered by fallback restores); compile seconds saved (each hit counts its version's `compile_seconds`); and a daily series
     of stored bytes, hits, misses and publishes."""
     with services().db.session() as s:
         return dict(stats.totals(s), daily=stats.daily(s, args["days"]))

@@ -16,16 +16,25 @@ blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description
 @requires("write")
 @blp.arguments(PublishSchema)
 @blp.response(201)
-@blp.alt_response(200, description="Content equals the key's newest version; nothing to upload")
+@blp.alt_response(200, description="Content equals the key's newest version (`unchanged`) or another key's "
+                                   "(`linked`); nothing to upload")
 def create(body):
     """Start a publish: record the manifest and answer which blobs to upload.
 
-    Returns status `pending` with an upload target per missing blob, or
-    `unchanged` when the content equals the key's newest committed version.
+    Returns status `pending` with an upload target per missing blob;
+    `unchanged` when the content equals the key's newest committed version;
+    `linked` when it equals another key's committed version: this key gets a
+    committed version of the same files at once, nothing to upload. With
+    `merge`, the key's newest version's files at other paths join the manifest.
     """
     svc = services()
     with svc.db.session() as s:
         status, result = publishing.create_version(s, svc.storage, svc.settings, body)
+        if result["status"] == "linked":
+            v = result["version"]
+            audit.record(s, "publish", audit.request_actor(), f"entry {v['entry_id']} version {v['id']}",
+                         v["total_bytes"], {"entry_id": v["entry_id"], "version_id": v["id"], "files": v["file_count"],
+                                            "new_stored_bytes": 0, "linked_to": result["linked_to"]["version_id"]})
     return result, status
 
 

@@ -59,7 +59,7 @@ def test_version_is_invisible_until_every_blob_is_stored(client, app):
     assert resp.json["error"]["code"] == "blobs_missing"
     assert len(resp.json["error"]["details"]["missing"]) == len(FILES) - 1
     miss = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
-    assert miss == {"hit": False, "reason": "the entry has no committed version"}
+    assert miss == {"hit": False, "reason": "the entry has no committed version", "nearest": []}
     assert client.get("/api/v1/entries").json["total"] == 0
 
 

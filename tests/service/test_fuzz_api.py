@@ -45,6 +45,7 @@ OPERATIONS = [
     "PUT /api/v1/blobs/{sha256}",
     "GET /api/v1/blobs/{sha256}",
     "GET /api/v1/resolve",
+    "POST /api/v1/verdicts",
     "GET /api/v1/entries",
     "GET /api/v1/entries/{entry_id}",
     "GET /api/v1/stats",

@@ -1,0 +1,41 @@
+"""What restoring processes report after they compiled (``client.verify()``).
+
+A verdict names the versions a restore delivered and whether the process's
+own cache counters showed hits: ``paid_off``, ``partial`` or ``no_hits``.
+Each counts on its versions (``verify_count``); a ``no_hits`` verdict of an
+exact-key restore also counts ``no_hit_count`` and, being the last verdict,
+makes the version a *problem* (``problem`` in the entries API, marked on the
+pages): its files arrive but nothing hits, so every restore of it is wasted
+(a changed Inductor config, a torch path that differs, a key that misses a
+field). A fallback restore of another shape is expected to miss its graphs,
+so its verdict counts but never marks a problem.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from .errors import NotFound
+from .models import MAX_ID, Version, utcnow
+
+
+def is_problem(v: Version) -> bool:
+    return v.last_verdict == "no_hits"
+
+
+def record(session: Session, version_ids: List[int], verdict: str, fallback: str) -> List[dict]:
+    """Count ``verdict`` on each version; NotFound (nothing recorded) when one does not exist."""
+    ids = sorted(set(version_ids))
+    known = set(session.scalars(select(Version.id).where(Version.id.in_([i for i in ids if 0 <= i <= MAX_ID]))))
+    if set(ids) - known:
+        raise NotFound(f"version(s) {', '.join(map(str, sorted(set(ids) - known)))} do not exist")
+    values = {"verify_count": Version.verify_count + 1}
+    if not fallback:
+        values.update(last_verdict=verdict, last_verified_at=utcnow(),
+                      no_hit_count=Version.no_hit_count + (1 if verdict == "no_hits" else 0))
+    session.execute(update(Version).where(Version.id.in_(ids)).values(**values))
+    rows = session.scalars(select(Version).where(Version.id.in_(ids)).order_by(Version.id)).all()
+    return [{"id": v.id, "verify_count": v.verify_count, "no_hit_count": v.no_hit_count,
+             "last_verdict": v.last_verdict, "problem": is_problem(v)} for v in rows]

@@ -1,0 +1,120 @@
+"""``client.verify()``: after the process compiled, did the restore pay off?
+
+Reads what this process itself recorded, not what the service promised:
+
+* torch's counters (``torch._dynamo.utils.counters``): FX-graph cache hits and
+  misses (``inductor.fxgraph_cache_hit/miss``), AOTAutograd cache hits and
+  misses (``aot_autograd.autograd_cache_hit/miss``), and Triton kernels
+  Inductor asked for (``inductor.async_compile_cache_miss``);
+* the roots on disk: compile artifacts written since the restore began that
+  the restore did not place (its stamp, ``restored.json``, lists those):
+  Triton kernels still compiled (new files under a ``triton`` folder or the
+  ``triton`` root) and C++ kernels still built (new ``.so`` files elsewhere).
+
+Verdicts: ``paid_off`` (FX-graph hits, no miss), ``partial`` (hits and
+misses), ``no_hits`` (files restored, every graph missed: the restore cost
+time and saved none), ``nothing_restored`` (the restore missed),
+``not_compiled`` (no graph compiled yet: call verify after the first call).
+The first three are sent to the service (``POST /api/v1/verdicts``), which
+shows versions whose restores get no hits as problems.
+
+Stdlib only; torch is read from ``sys.modules`` and never imported here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from . import roots as roots_mod
+from .report import RestoreReport
+from .restore import load_stamp
+
+REPORTED = ("paid_off", "partial", "no_hits")
+_TRITON_BINARIES = (".cubin", ".hsaco", ".spv")
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    name: str = ""
+    shape: str = ""
+    versions: List[int] = field(default_factory=list)
+    fallback: str = ""
+    fxgraph_hits: int = 0
+    fxgraph_misses: int = 0
+    aotautograd_hits: int = 0
+    aotautograd_misses: int = 0
+    triton_kernels: int = 0       # Triton kernels Inductor loaded or compiled in this process
+    triton_compiles: int = 0      # new Triton kernel files on disk since the restore
+    cpp_builds: int = 0           # new C++ kernel libraries (.so) on disk since the restore
+    new_files: Dict[str, int] = field(default_factory=dict)  # role -> files written since the restore
+    restored_files: int = 0
+    reported: bool = False        # the service recorded it
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        label = f" (fallback '{self.fallback}')" if self.fallback else ""
+        return (f"verify {self.name} [{self.shape}]: {self.verdict}{label}: restored {self.restored_files} files "
+                f"of version(s) {', '.join(map(str, self.versions)) or '-'}; FX graph {self.fxgraph_hits} hit(s) "
+                f"{self.fxgraph_misses} miss(es), AOTAutograd {self.aotautograd_hits} hit(s) "
+                f"{self.aotautograd_misses} miss(es); still compiled: {self.triton_compiles} Triton kernel "
+                f"file(s), {self.cpp_builds} C++ kernel(s)")
+
+
+def read_counters() -> Dict[str, int]:
+    """This process's cache counters (zeros when torch's dynamo was never imported)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None) or {}
+    inductor, aot = counters.get("inductor", {}), counters.get("aot_autograd", {})
+    return {"fxgraph_hits": inductor.get("fxgraph_cache_hit", 0), "fxgraph_misses": inductor.get("fxgraph_cache_miss", 0),
+            "aotautograd_hits": aot.get("autograd_cache_hit", 0), "aotautograd_misses": aot.get("autograd_cache_miss", 0),
+            "triton_kernels": inductor.get("async_compile_cache_miss", 0)}
+
+
+def new_artifacts(cache_dir: str, since: float, placed: Dict[str, list]) -> Dict[str, List[str]]:
+    """role -> relative paths of files in the roots modified at or after ``since`` that the restore did not place."""
+    out: Dict[str, List[str]] = {}
+    for root in roots_mod.default_roots(cache_dir):
+        for rel, abspath, _size, _mode in roots_mod.walk(root.path, root.exclude):
+            if f"{root.role}/{rel}" in placed:
+                continue
+            try:
+                if os.stat(abspath).st_mtime >= since:
+                    out.setdefault(root.role, []).append(rel)
+            except OSError:
+                pass
+    return out
+
+
+def judge(report: Optional[RestoreReport], cache_dir: str, counters: Optional[Dict[str, int]] = None) -> Verdict:
+    """The verdict for ``report`` (the restore this process did), from ``counters`` (default: this
+    process's, ``read_counters()``) and the files in the roots."""
+    v = Verdict(verdict="nothing_restored", **(read_counters() if counters is None else counters))
+    if report is None or not report.hit:
+        if report is not None:
+            v.name, v.shape = report.name, report.shape
+        return v
+    v.name, v.shape, v.versions, v.fallback = report.name, report.shape, list(report.versions), report.fallback
+    stamp = load_stamp(cache_dir)
+    placed = stamp.get("files", {}) if stamp.get("versions") == report.versions else {}
+    v.restored_files = report.files + report.files_present
+    for role, rels in new_artifacts(cache_dir, report.started_at, placed).items():
+        v.new_files[role] = len(rels)
+        for rel in rels:
+            in_triton = role == "triton" or rel.startswith("triton/") or "/triton/" in rel
+            if in_triton and rel.endswith(_TRITON_BINARIES):  # one binary per compiled kernel
+                v.triton_compiles += 1
+            elif not in_triton and rel.endswith(".so"):
+                v.cpp_builds += 1
+    if v.fxgraph_hits + v.fxgraph_misses == 0:
+        v.verdict = "not_compiled"
+    elif v.fxgraph_misses == 0:
+        v.verdict = "paid_off"
+    else:
+        v.verdict = "partial" if v.fxgraph_hits else "no_hits"
+    return v

@@ -1,0 +1,161 @@
+"""Publish only what pays (linked content), merge on publish, and the verdicts restoring processes send."""
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from cachesvc.models import AuditRecord, Event, Version, VersionFile
+from tests.helpers import key, publish, publish_body, put_blob, resolve_params, sha
+
+pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+
+
+def files_of(app, version_id) -> dict:
+    with app.extensions["cachesvc"].db.session() as s:
+        return {p: d for p, d in s.execute(select(VersionFile.path, VersionFile.digest)
+                                           .where(VersionFile.version_id == version_id))}
+
+
+def test_content_stored_under_another_key_is_linked_not_uploaded(client, app):
+    data = {"a": b"a" * 500, "b": b"b" * 700}
+    first = publish(client, data, key(shape="s1"))
+    resp = client.post("/api/v1/versions", json=publish_body(data, key(shape="s2")))
+    assert resp.status_code == 200, resp.json
+    answer = resp.json
+    assert answer["status"] == "linked" and answer["upload"] == []
+    assert answer["linked_to"]["version_id"] == first["version"]["id"]
+    assert answer["version"]["state"] == "committed" and answer["version"]["meta"]["linked_from"] == str(
+        first["version"]["id"])
+    hit = client.get("/api/v1/resolve", query_string=resolve_params(key(shape="s2"))).json
+    assert hit["hit"] and {f["path"] for f in hit["files"]} == {"a", "b"}
+    with app.extensions["cachesvc"].db.session() as s:
+        assert s.scalar(select(func.count()).select_from(Event).where(Event.kind == "linked")) == 1
+        assert s.scalar(select(func.count()).select_from(AuditRecord).where(AuditRecord.action == "publish")) == 2
+    # the same again: unchanged, not a second link
+    assert client.post("/api/v1/versions", json=publish_body(data, key(shape="s2"))).json["status"] == "unchanged"
+
+
+def test_different_content_is_not_linked(client):
+    publish(client, {"a": b"a"}, key(shape="s1"))
+    answer = client.post("/api/v1/versions", json=publish_body({"a": b"a", "b": b"b"}, key(shape="s2"))).json
+    assert answer["status"] == "pending"
+    assert [u["sha256"] for u in answer["upload"]] and len(answer["upload"]) == 1  # "a" is stored already
+
+
+def merged_publish(client, files, k=None):
+    body = publish_body(files, k, merge=True)
+    resp = client.post("/api/v1/versions", json=body)
+    assert resp.status_code in (200, 201), resp.json
+    answer = resp.json
+    if answer["status"] == "pending":
+        by_digest = {sha(d): d for d in files.values()}
+        for item in answer["upload"]:
+            assert put_blob(client, item["targets"]["identity"], by_digest[item["sha256"]]).status_code in (200, 201)
+        answer = client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={}).json
+    return answer
+
+
+def test_merge_unions_with_the_newest_version_so_versions_do_not_fork(client, app):
+    base = {"graph-x": b"x" * 100}
+    v1 = publish(client, base)["version"]["id"]
+    # two processes restored v1; one compiled shape y, the other shape z
+    v2 = merged_publish(client, {**base, "graph-y": b"y" * 100})["version"]["id"]
+    v3 = merged_publish(client, {**base, "graph-z": b"z" * 100})["version"]["id"]
+    assert v1 < v2 < v3
+    assert set(files_of(app, v3)) == {"graph-x", "graph-y", "graph-z"}  # not {x, z}: y is kept
+    # a process that restored v1 and compiled nothing new publishes: no new version
+    again = merged_publish(client, base)
+    assert again["status"] == "unchanged" and again["version"]["id"] == v3
+    # a publisher's own content wins at a path both have
+    v4 = merged_publish(client, {"graph-x": b"X" * 100})["version"]["id"]
+    got = files_of(app, v4)
+    assert set(got) == {"graph-x", "graph-y", "graph-z"} and got["graph-x"] == sha(b"X" * 100)
+
+
+def test_without_merge_the_newest_publish_replaces(client, app):
+    publish(client, {"graph-x": b"x"})
+    v2 = publish(client, {"graph-y": b"y"})["version"]["id"]
+    assert set(files_of(app, v2)) == {"graph-y"}
+
+
+def test_merge_keeps_roots_of_the_newest_version(client, app):
+    body = publish_body({"a": b"a"})
+    body["roots"]["pch"] = "/tmp/torchinductor_u"
+    body["files"].append({"root": "pch", "path": "h.gch", "sha256": body["files"][0]["sha256"], "size": 1})
+    resp = client.post("/api/v1/versions", json=body)
+    put_blob(client, resp.json["upload"][0]["targets"]["identity"], b"a")
+    assert client.post(f"/api/v1/versions/{resp.json['version']['id']}/commit", json={}).status_code == 200
+    done = merged_publish(client, {"b": b"b"})
+    assert done["version"]["roots"]["pch"] == "/tmp/torchinductor_u"
+    assert set(files_of(app, done["version"]["id"])) == {"a", "b", "h.gch"}
+
+
+def verdict(client, versions, result, fallback="", token=None):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return client.post("/api/v1/verdicts", json={"versions": versions, "verdict": result, "fallback": fallback},
+                       headers=headers)
+
+
+def test_no_hit_verdicts_mark_a_problem_on_the_entries_api_and_pages(client, app, tokens):
+    done = publish(client, {"a": b"a"})
+    vid, eid = done["version"]["id"], done["version"]["entry_id"]
+    resp = verdict(client, [vid], "paid_off", token=tokens["read"])  # restoring processes hold read tokens
+    assert resp.status_code == 200, resp.json
+    assert resp.json["versions"][0] == {"id": vid, "verify_count": 1, "no_hit_count": 0,
+                                        "last_verdict": "paid_off", "problem": False}
+    assert verdict(client, [vid], "no_hits").json["versions"][0]["problem"] is True
+    rows = client.get("/api/v1/entries").json["entries"]
+    assert rows[0]["problem"] is True
+    assert client.get("/api/v1/entries?problem=true").json["total"] == 1
+    assert client.get("/api/v1/entries?problem=false").json["total"] == 0
+    detail = client.get(f"/api/v1/entries/{eid}").json
+    assert detail["versions"][0]["no_hit_count"] == 1 and detail["versions"][0]["verify_count"] == 2
+    page = client.get("/").get_data(as_text=True)
+    assert "problem: no hits" in page
+    assert "Problem: restores deliver files but no cache hit." in client.get(f"/entries/{eid}").get_data(as_text=True)
+    assert "problem: no hits" in client.get("/?problem=1").get_data(as_text=True)
+    # a later restore that pays off clears it
+    verdict(client, [vid], "partial")
+    assert client.get("/api/v1/entries").json["entries"][0]["problem"] is False
+
+
+def test_fallback_verdicts_count_but_never_mark_a_problem(client):
+    vid = publish(client, {"a": b"a"})["version"]["id"]
+    row = verdict(client, [vid], "no_hits", fallback="shape").json["versions"][0]
+    assert row == {"id": vid, "verify_count": 1, "no_hit_count": 0, "last_verdict": None, "problem": False}
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"versions": [], "verdict": "no_hits"}, 422),
+    ({"versions": [1], "verdict": "great"}, 422),
+    ({"versions": [1], "verdict": "no_hits", "fallback": "nearby"}, 422),
+    ({"versions": ["1"], "verdict": "no_hits"}, 422),
+    ({"versions": [987654], "verdict": "no_hits"}, 404),
+])
+def test_bad_verdicts_get_4xx_and_record_nothing(client, app, body, status):
+    vid = publish(client, {"a": b"a"})["version"]["id"]
+    if status == 404:
+        body = dict(body, versions=[vid, 987654])
+    resp = client.post("/api/v1/verdicts", json=body)
+    assert resp.status_code == status, resp.json
+    with app.extensions["cachesvc"].db.session() as s:
+        assert s.get(Version, vid).verify_count == 0
+
+
+def test_two_merged_publishes_in_flight_at_once_keep_both_shapes(client, app):
+    v1 = publish(client, {"graph-x": b"x" * 10})["version"]["id"]
+    started = []
+    for added in ("graph-y", "graph-z"):  # both created against v1, before either commits
+        files = {"graph-x": b"x" * 10, added: added.encode()}
+        answer = client.post("/api/v1/versions", json=publish_body(files, merge=True)).json
+        assert answer["version"]["meta"]["merged_with"] == str(v1)
+        for item in answer["upload"]:
+            put_blob(client, item["targets"]["identity"], added.encode())
+        started.append(answer["version"]["id"])
+    first = client.post(f"/api/v1/versions/{started[0]}/commit", json={}).json
+    second = client.post(f"/api/v1/versions/{started[1]}/commit", json={}).json
+    assert first["status"] == second["status"] == "committed"
+    assert set(files_of(app, started[1])) == {"graph-x", "graph-y", "graph-z"}
+    assert second["version"]["file_count"] == 3 and second["version"]["meta"]["merged_with"] == str(started[0])
+    hit = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
+    assert {f["path"] for f in hit["files"]} == {"graph-x", "graph-y", "graph-z"}

@@ -23,7 +23,7 @@ def resolve(args):
            "env": {f: args[f] for f in ENV_FIELDS}}
     svc = services()
     with svc.db.session() as s:
-        answer = resolving.resolve(s, svc.storage, svc.settings, key)
+        answer = resolving.resolve(s, svc.storage, svc.settings, key, svc.hits)
     presigned = sum(b["stored_size"] for b in answer.get("blobs", {}).values() if not b["url"].startswith("/"))
     metrics.current().bytes_out.labels("presigned").inc(presigned)
     return answer

@@ -4,9 +4,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+from concurrent.futures import Future
 from typing import Dict, Mapping, Optional
 
-from . import keys, roots as roots_mod
+from . import envfiles, keys, roots as roots_mod
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
@@ -69,6 +71,7 @@ class CacheClient:
         Returns a RestoreReport; ``report.hit`` says whether anything was restored.
         On service or storage trouble it logs a warning and returns a miss, so the
         process compiles cold; with ``strict=True`` it raises CacheClientError instead.
+        ``start_restore`` runs it in the background before torch is imported.
         Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
         """
         key = self.key(name, shape, tags, env)
@@ -90,6 +93,29 @@ class CacheClient:
         if strict and not report.hit:
             raise CacheClientError(report.summary(), code="miss")
         return report
+
+    def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
+                      strict: bool = False) -> "Future[RestoreReport]":
+        """``restore()`` in a background thread, so it overlaps ``import torch`` and building the model.
+
+        Call it before importing torch: the key's environment comes from files
+        (``envfiles``), not from torch. ``shape`` must then be known without the
+        inputs (``shape_signature`` of them gives the same text). Wait for the
+        future (``.result()``) before the first compiled call. Where only torch
+        can tell the environment, the thread imports it (no overlap, same key).
+        """
+        env = envfiles.environment()
+        future: "Future[RestoreReport]" = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(self.restore(name, shape, tags, strict=strict, env=env))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+        future.set_running_or_notify_cancel()
+        threading.Thread(target=run, name=f"cachesvc-restore-{name}", daemon=True).start()
+        return future
 
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,

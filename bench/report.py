@@ -17,6 +17,7 @@ LABELS = {
     "copy-cache-dir": "copy of TORCHINDUCTOR_CACHE_DIR",
     "cachesvc-local": "**cachesvc restore, local backend**",
     "cachesvc-s3": "**cachesvc restore, S3 backend**",
+    "cachesvc-local-serial": "cachesvc restore after `import torch` (local)",
     "megacache-s3": "Mega-Cache blob from S3",
     "tarball-s3": "tarball of all roots from S3",
     "redis": "Redis remote FX-graph + AOTAutograd cache",

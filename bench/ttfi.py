@@ -12,6 +12,8 @@ Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
   copy-cache-dir  TORCHINDUCTOR_CACHE_DIR copied in (what most teams do)
   cachesvc-local  cachesvc restore, service on its local blob dir
   cachesvc-s3     cachesvc restore, service on S3 (rclone on loopback, presigned URLs)
+                  (both start the restore before `import torch`; restore = what was left at the first call)
+  cachesvc-local-serial  (only when named in --contenders) the restore after `import torch`, as before
   megacache-s3    torch.compiler.load_cache_artifacts of a blob fetched from S3
   tarball-s3      one .tar.zst of every root per key, fetched from S3 with boto3
   redis           PyTorch's Redis remote caches (FX graph + AOTAutograd), 127.0.0.1:6379
@@ -38,7 +40,8 @@ from demo.s3server import S3Server
 from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
 
 CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis"]
-ORDER = CONTENDERS + ["floor"]  # floor runs right after cold, in the same container
+OPTIONAL = ["cachesvc-local-serial"]  # run only when --contenders names them
+ORDER = CONTENDERS + OPTIONAL + ["floor"]  # floor runs right after cold, in the same container
 
 
 class RedisDB:
@@ -138,6 +141,8 @@ class Bench:
                                    BENCH_COPY_FROM=self.seeds[model]["copy_src"])
             elif contender == "cachesvc-local":
                 r = ctr.run_worker(*m, "--restore", **self.local.client_env())
+            elif contender == "cachesvc-local-serial":
+                r = ctr.run_worker(*m, "--restore", "--restore-after-import", **self.local.client_env())
             elif contender == "cachesvc-s3":
                 r = ctr.run_worker(*m, "--restore", **self.s3svc.client_env())
             elif contender == "megacache-s3":
@@ -172,7 +177,7 @@ def summarize(samples: List[dict], models: List[str]) -> List[dict]:
         by = {c: [s for s in samples if s["model"] == model and s["contender"] == c] for c in ORDER}
         floor = median(s["total_s"] for s in by["floor"])
         cold = median(s["total_s"] for s in by["cold"])
-        for c in ["cold", "floor"] + CONTENDERS[1:]:
+        for c in ["cold", "floor"] + CONTENDERS[1:] + OPTIONAL:
             ss = by[c]
             if not ss:
                 continue

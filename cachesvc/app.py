@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from flask import Flask
@@ -10,7 +10,9 @@ from flask_smorest import Api
 
 from . import __version__, auth, config, errors
 from .db import Database
+from .hits import HitLog
 from .storage import Storage, from_url
+from .ttlcache import TTLCache
 
 
 @dataclass
@@ -19,6 +21,8 @@ class Services:
     storage: Storage
     settings: dict
     version: str = __version__
+    hits: Optional[HitLog] = None  # restore counters, written every HIT_FLUSH_SECONDS
+    tokens: TTLCache = field(default_factory=lambda: TTLCache(0))  # sha256(Authorization) -> Principal
 
 
 def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
@@ -46,7 +50,8 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     db = Database(settings["DATABASE_URL"])
     db.check_schema()
     app.extensions["cachesvc"] = Services(db=db, storage=from_url(settings["STORAGE_URL"], settings),
-                                          settings=settings)
+                                          settings=settings, hits=HitLog(db, settings["HIT_FLUSH_SECONDS"]),
+                                          tokens=TTLCache(settings["TOKEN_CACHE_SECONDS"]))
 
     from . import web
     from .api import admin, blobs, entries, health, metrics as metrics_api, resolve, stats, verdicts, versions

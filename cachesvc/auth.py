@@ -106,6 +106,25 @@ def authenticate(session: Session, header: Optional[str]) -> Principal:
     return Principal(f"token:{row.name}", row.scope, row.id)
 
 
+def cached_principal(svc, header: Optional[str]) -> Principal:
+    """``authenticate`` through the app's token cache (``TOKEN_CACHE_SECONDS``).
+
+    A known token's principal is reused for that long, so a token revoked by
+    another process (the CLI, another worker) keeps working at most that long;
+    a revocation through this process's admin API clears the cache at once.
+    Unknown tokens are never cached.
+    """
+    if not header:
+        return ANONYMOUS
+    key = hash_token(header)  # the cache holds no token
+    principal = svc.tokens.get(key)
+    if principal is None:
+        with svc.db.session() as s:
+            principal = authenticate(s, header)
+        svc.tokens.put(key, principal)
+    return principal
+
+
 def check_request() -> None:
     """``before_request`` hook: authenticate, then authorize against the view's declared scope."""
     svc = current_app.extensions["cachesvc"]
@@ -114,8 +133,7 @@ def check_request() -> None:
     if need == _OPEN or (open_if and svc.settings[open_if]):
         g.principal = ANONYMOUS
         return
-    with svc.db.session() as s:
-        principal = authenticate(s, request.headers.get("Authorization"))
+    principal = cached_principal(svc, request.headers.get("Authorization"))
     if principal is ANONYMOUS:
         if need == "read" and svc.settings["ANONYMOUS_READ"] and not open_if:
             principal = Principal("anonymous", "read")

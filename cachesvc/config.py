@@ -28,6 +28,8 @@ SETTINGS: Dict[str, tuple] = {
     "AUTO_MIGRATE": (None, "bool", "Run migrations at `cachesvc serve`; default on for SQLite, off otherwise."),
     "ANONYMOUS_READ": (None, "bool", "Let requests without a token read (browse, resolve, download, stats); default on for the embedded default (SQLite), off otherwise. Writing always needs a token."),
     "METRICS_PUBLIC": (True, "bool", "Serve /metrics without a token; off: /metrics needs a token with read scope."),
+    "HIT_FLUSH_SECONDS": (2.0, float, "Seconds between writes of the restore counters (restore_count, last_restored_at, hit events) that resolves tally in memory; 0 writes each hit in its request."),
+    "TOKEN_CACHE_SECONDS": (5.0, float, "Seconds a serving process reuses a token lookup; a revoked token stops working within this; 0 looks it up on every request."),
     "GC_GRACE_SECONDS": (None, float, "Seconds a purged version's blobs stay after the purge, so restores that already resolved it finish; default PRESIGN_EXPIRES + 3600."),
     "FALLBACK_MAX_BYTES": (2 * 1024**3, int, "Most bytes a `shapes` fallback restore brings (the union of the most restored shapes of a key)."),
     "LRU_BUDGET_BYTES": (0, int, "Stored bytes the scheduled eviction keeps: least recently restored versions are purged beyond it, then GC runs; 0: off."),

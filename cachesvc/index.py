@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from sqlalchemy import insert, select
+from sqlalchemy import and_, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -80,6 +80,32 @@ def newest_committed(session: Session, entry_id: int) -> Optional[Version]:
         select(Version).where(Version.entry_id == entry_id, Version.state == "committed")
         .order_by(Version.id.desc()).limit(1)
     ).first()
+
+
+def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, str],
+                     env: Dict[str, str]) -> Tuple[Optional[Entry], Optional[Version]]:
+    """The entry with this key and its newest committed version (None, None / entry, None), in one query."""
+    committed = and_(Version.entry_id == Entry.id, Version.state == "committed")
+    row = session.execute(
+        select(Entry, Version).outerjoin(Version, committed)
+        .where(Entry.key_digest == keys.key_digest(name, shape, tags, env))
+        .order_by(Version.id.desc()).limit(1)
+    ).first()
+    return (row[0], row[1]) if row else (None, None)
+
+
+def files_with_blobs(session: Session, version_id: int) -> list:
+    """The version's files by (root, path), each with its blob's encoding and sizes (None when no blob row).
+
+    Rows: ``root, path, digest, size, mode, encoding, blob_size, stored_size``; one query.
+    """
+    return session.execute(
+        select(VersionFile.root, VersionFile.path, VersionFile.digest, VersionFile.size, VersionFile.mode,
+               Blob.encoding, Blob.size.label("blob_size"), Blob.stored_size)
+        .outerjoin(Blob, Blob.digest == VersionFile.digest)
+        .where(VersionFile.version_id == version_id)
+        .order_by(VersionFile.root, VersionFile.path)
+    ).all()
 
 
 def present_blobs(session: Session, digests: Iterable[str]) -> Dict[str, Blob]:

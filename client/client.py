@@ -5,9 +5,11 @@ import atexit
 import logging
 import os
 import sys
+import threading
+from concurrent.futures import Future
 from typing import Dict, Mapping, Optional, Sequence
 
-from . import keys, roots as roots_mod, torch_fixes
+from . import envfiles, keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
@@ -82,6 +84,7 @@ class CacheClient:
         ``verify()`` when the process exits and logs its verdict.
         On service or storage trouble it logs a warning and returns a miss, so the
         process compiles cold; with ``strict=True`` it raises CacheClientError instead.
+        ``start_restore`` runs it in the background before torch is imported.
         Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
         """
         key = self.key(name, shape, tags, env)
@@ -129,6 +132,29 @@ class CacheClient:
             except CacheClientError as exc:
                 log.warning("cachesvc verify: could not report the verdict: %s", exc.message)
         return verdict
+
+    def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
+                      strict: bool = False) -> "Future[RestoreReport]":
+        """``restore()`` in a background thread, so it overlaps ``import torch`` and building the model.
+
+        Call it before importing torch: the key's environment comes from files
+        (``envfiles``), not from torch. ``shape`` must then be known without the
+        inputs (``shape_signature`` of them gives the same text). Wait for the
+        future (``.result()``) before the first compiled call. Where only torch
+        can tell the environment, the thread imports it (no overlap, same key).
+        """
+        env = envfiles.environment()
+        future: "Future[RestoreReport]" = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(self.restore(name, shape, tags, strict=strict, env=env))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+        future.set_running_or_notify_cancel()
+        threading.Thread(target=run, name=f"cachesvc-restore-{name}", daemon=True).start()
+        return future
 
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,

@@ -85,17 +85,23 @@ def _device() -> str:
     return platform.machine() or "unknown"
 
 
-def _cpuinfo_isa(path: str = "/proc/cpuinfo") -> str:
-    """Best vector ISA from the CPU flags in /proc/cpuinfo, or "unknown"."""
-    flags = set()
+def _cpuinfo_flags(path: str = "/proc/cpuinfo") -> set:
+    """The CPU flags in /proc/cpuinfo (x86 "flags", arm64 "Features"); empty when unreadable."""
+    flags: set = set()
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip().lower() in ("flags", "features"):  # x86 "flags", arm64 "Features"
+                if key.strip().lower() in ("flags", "features"):
                     flags.update(value.split())
     except OSError:
-        return "unknown"
+        pass
+    return flags
+
+
+def _cpuinfo_isa(path: str = "/proc/cpuinfo") -> str:
+    """Best vector ISA from the CPU flags in /proc/cpuinfo, or "unknown"."""
+    flags = _cpuinfo_flags(path)
     for flag, isa in (("avx512f", "avx512"), ("avx2", "avx2"), ("sve", "sve"), ("asimd", "neon"), ("neon", "neon")):
         if flag in flags:
             return isa

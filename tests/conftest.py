@@ -189,6 +189,9 @@ def app(tmp_path, database_url, storage_settings, monkeypatch):
         "TESTING": True,
         "DATA_DIR": str(tmp_path / "data"),
         "DATABASE_URL": database_url,
+        # Writes show at once here; tests/service/test_hot_path.py covers the buffered counters and token cache.
+        "HIT_FLUSH_SECONDS": 0,
+        "TOKEN_CACHE_SECONDS": 0,
         **storage_settings,
     })
     app.config["TOKENS"] = make_tokens(app)

@@ -103,4 +103,5 @@ def revoke_token(ident):
         rows = auth.revoke_token(s, ident)
         for row in rows:
             audit.record(s, "token.revoke", actor, f"token {row.name}", 0, {"id": row.id, "scope": row.scope})
-        return {"revoked": [auth.token_summary(r) for r in rows]}
+    services().tokens.clear()  # this process stops honouring it now; others within TOKEN_CACHE_SECONDS
+    return {"revoked": [auth.token_summary(r) for r in rows]}

@@ -28,7 +28,8 @@ def resolve(args):
            "env": {f: args[f] for f in ENV_FIELDS}}
     svc = services()
     with svc.db.session() as s:
-        answer = resolving.resolve(s, svc.storage, svc.settings, key, args["fallback"], args.get("fallback_max_bytes"))
+        answer = resolving.resolve(s, svc.storage, svc.settings, key, args["fallback"], args.get("fallback_max_bytes"),
+                                   hits=svc.hits)
     presigned = sum(b["stored_size"] for b in answer.get("blobs", {}).values() if not b["url"].startswith("/"))
     metrics.current().bytes_out.labels("presigned").inc(presigned)
     return answer

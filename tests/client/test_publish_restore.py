@@ -324,3 +324,30 @@ def test_ranks_restoring_into_one_cache_dir_at_once_write_each_file_once(publish
     assert sum(r["files"] for r in reports) == len(files), "each file is written by exactly one rank"
     for path, data in rebase(files, a, b).items():
         assert path.read_bytes() == data
+
+
+@pytestmark_local
+@pytestmark_storage
+def test_start_restore_finds_what_the_torch_fingerprint_published(live_server, tmp_path, monkeypatch):
+    """The background restore keys by envfiles (no torch); the publisher by the torch fingerprint."""
+    from cachesvc_client import fingerprint
+
+    for name in list(os.environ):
+        if name.startswith("CACHESVC_ENV_"):
+            monkeypatch.delenv(name)
+    a = enter_container(monkeypatch, tmp_path / "a")
+    files = fill(a)
+    client_for(live_server.url).publish(NAME, SHAPE, env=fingerprint.environment())
+    b = enter_container(monkeypatch, tmp_path / "b")
+    report = client_for(live_server.url).start_restore(NAME, SHAPE).result(timeout=60)
+    assert report.hit and report.files == len(files) and not report.failed, report
+    for path, data in rebase(files, a, b).items():
+        assert path.read_bytes() == data, path
+
+
+def test_start_restore_hands_errors_to_the_future(tmp_path, monkeypatch):
+    enter_container(monkeypatch, tmp_path / "b")
+    client = CacheClient(f"http://127.0.0.1:{closed_port()}", timeout=3)
+    assert not client.start_restore(NAME, SHAPE).result(timeout=30).hit
+    with pytest.raises(CacheClientError):
+        client.start_restore(NAME, SHAPE, strict=True).result(timeout=30)

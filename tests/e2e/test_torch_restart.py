@@ -79,6 +79,7 @@ def test_restarted_container_restores_and_compiles_nothing(tmp_path, postgres_ur
             assert not any(Path(ctr.tmp).iterdir()) and not any(Path(ctr.home).iterdir())
             warm = ctr.run_worker("--model", MODEL, "--restore", **svc.client_env())
             assert warm["restore"]["files"] == published
+            assert "restore_overlapped_s" in warm  # started before `import torch`, keyed without it
             assert_restored_and_compiled_nothing(warm, ctr)
             print(f"{svc.data_dir.name}: cold {cold['first_call_s']:.2f} s, floor {floor['first_call_s']:.2f} s, "
                   f"restore {warm['restore_s']:.2f} s + first call {warm['first_call_s']:.2f} s")

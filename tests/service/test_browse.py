@@ -8,7 +8,7 @@ import re
 import pytest
 from sqlalchemy import update
 
-from cachesvc.models import Entry
+from cachesvc.models import Entry, Version
 from tests.helpers import key, publish, publish_body, resolve_params, sha
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
@@ -119,6 +119,23 @@ def test_rows_carry_size_versions_created_last_restored_and_restores(client):
     row = client.get("/api/v1/entries").json["entries"][0]
     assert row["size"] == 7 and row["versions"] == 2 and row["versions_bytes"] == 12
     assert row["restore_count"] == 1 and row["last_restored_at"] and row["created_at"]
+
+
+def test_rows_follow_the_newest_committed_version_and_skip_entries_without_one(client, app):
+    older = publish(client, {"a": b"123"}, key())["version"]["id"]
+    newer = publish(client, {"a": b"12345"}, key())["version"]["id"]
+    gone = publish(client, {"a": b"1"}, key(name="bert"))["version"]["id"]
+    publish(client, {"a": b"1"}, key(name="gpt"))
+    _set(app, Version, newer, state="purged")
+    _set(app, Version, gone, state="purged")
+    page = client.get("/api/v1/entries").json
+    assert page["total"] == 2 and [r["name"] for r in page["entries"]] == ["gpt", "mlp"]
+    mlp = page["entries"][1]
+    assert (mlp["newest_version_id"], mlp["size"], mlp["versions"], mlp["versions_bytes"]) == (older, 3, 1, 3)
+    by_name = client.get("/api/v1/entries", query_string={"name": "mlp", "sort": "largest"}).json
+    assert by_name["total"] == 1 and by_name["entries"][0]["newest_version_id"] == older
+    assert client.get("/api/v1/entries", query_string={"name": "bert"}).json == {
+        "total": 0, "limit": 50, "offset": 0, "sort": "newest", "next_offset": None, "entries": []}
 
 
 def test_entry_detail_lists_files_with_hashes_and_shared_blobs(client):

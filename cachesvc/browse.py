@@ -2,8 +2,9 @@
 
 An entry is listed while it has a committed version. Its row carries the
 newest committed version's bytes (``size``: what a restore fetches), the
-version count, the bytes of all its versions, created / last restored and
-the restore count.
+version count, the bytes of all its versions, the kinds of its committed
+versions, created / last restored and the restore count. With a ``kind``
+filter only versions of that kind count, and only entries with one are listed.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def list_entries(session: Session, args: dict) -> dict:
     """Filtered, sorted, paginated entry rows (``args`` as EntryFilterArgs loads them)."""
     agg = (select(Version.entry_id, func.count(Version.id).label("versions"),
                   func.max(Version.id).label("newest_id"), func.sum(Version.total_bytes).label("all_bytes"))
-           .where(Version.state == "committed").group_by(Version.entry_id).subquery())
+           .where(Version.state == "committed", *([Version.kind == args["kind"]] if args.get("kind") else []))
+           .group_by(Version.entry_id).subquery())
     q = (select(Entry, agg.c.versions, Version.total_bytes, agg.c.all_bytes, agg.c.newest_id, Version.committed_at)
          .join(agg, agg.c.entry_id == Entry.id).join(Version, Version.id == agg.c.newest_id))
     for field in FILTER_FIELDS:
@@ -58,9 +60,23 @@ def list_entries(session: Session, args: dict) -> dict:
     rows = [dict(index.entry_summary(e), versions=n, size=size, versions_bytes=int(all_bytes),
                  newest_version_id=newest, last_published_at=index.iso(published))
             for e, n, size, all_bytes, newest, published in session.execute(q)]
+    kinds = _kinds(session, [r["id"] for r in rows])
+    for r in rows:
+        r["kinds"] = kinds.get(r["id"], [])
     nxt = args["offset"] + len(rows)
     return {"total": total, "limit": args["limit"], "offset": args["offset"], "sort": args.get("sort", "newest"),
             "next_offset": nxt if nxt < total else None, "entries": rows}
+
+
+def _kinds(session: Session, entry_ids: List[int]) -> Dict[int, List[str]]:
+    """entry id -> the sorted kinds of its committed versions."""
+    out: Dict[int, List[str]] = defaultdict(list)
+    if entry_ids:
+        for entry_id, kind in session.execute(select(Version.entry_id, Version.kind).distinct()
+                                              .where(Version.entry_id.in_(entry_ids), Version.state == "committed")
+                                              .order_by(Version.entry_id, Version.kind)):
+            out[entry_id].append(kind)
+    return out
 
 
 def entry_detail(session: Session, entry_id: int) -> dict:
@@ -77,9 +93,12 @@ def entry_detail(session: Session, entry_id: int) -> dict:
     blobs = index.present_blobs(session, digests)
     sets = {v.id: {f.digest for f in files[v.id]} for v in versions}
     out_versions = []
+    kinds_seen = set()
     for v in versions:
         mine = sets[v.id]
         row = index.version_summary(v)
+        row["newest_of_kind"] = v.kind not in kinds_seen  # what a resolve of this kind returns
+        kinds_seen.add(v.kind)
         row["blob_count"] = len(mine)
         row["stored_bytes"] = sum(blobs[d].stored_size for d in mine if d in blobs)
         row["shared_with"] = {str(o): len(mine & sets[o]) for o in sets if o != v.id and mine & sets[o]}

@@ -66,9 +66,10 @@ def find_entry(session: Session, name: str, shape: str, tags: Dict[str, str], en
     return entry
 
 
-def newest_committed(session: Session, entry_id: int) -> Optional[Version]:
+def newest_committed(session: Session, entry_id: int, kind: str = keys.DEFAULT_KIND) -> Optional[Version]:
+    """The entry's newest committed version of ``kind``."""
     return session.scalars(
-        select(Version).where(Version.entry_id == entry_id, Version.state == "committed")
+        select(Version).where(Version.entry_id == entry_id, Version.kind == kind, Version.state == "committed")
         .order_by(Version.id.desc()).limit(1)
     ).first()
 

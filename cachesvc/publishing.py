@@ -7,7 +7,7 @@
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it.
 
-Content equal to the key's newest committed version creates no version.
+Content equal to the key's newest committed version of the same kind creates no version.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     collect.store_lock(session)  # GC must see this pending version, or run wholly before it
     digest = keys.manifest_digest(files)
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
-    newest = index.newest_committed(session, entry.id)
+    newest = index.newest_committed(session, entry.id, body["kind"])
     if newest is not None and newest.manifest_digest == digest:
         return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
                      "version": index.version_summary(newest), "upload": []}
@@ -130,7 +130,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
                            f"commit again", {"missing": missing[:1000]})
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
 
-    newest = index.newest_committed(session, entry.id)
+    newest = index.newest_committed(session, entry.id, version.kind)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
         session.delete(version)  # a concurrent publisher committed the same content first
         return {"status": "unchanged", "version": index.version_summary(newest)}

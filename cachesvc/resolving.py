@@ -1,4 +1,4 @@
-"""Resolve a key to its newest committed version, with where to fetch each blob."""
+"""Resolve a key to its newest committed version of a kind, with where to fetch each blob."""
 from __future__ import annotations
 
 from sqlalchemy import select, update
@@ -13,17 +13,18 @@ def blob_url(storage: Storage, digest: str, encoding: str, expires: int) -> str:
     return storage.download_url(blob_key(digest, encoding), expires) or f"/api/v1/blobs/{digest}"
 
 
-def resolve(session: Session, storage: Storage, settings: dict, key: dict) -> dict:
+def resolve(session: Session, storage: Storage, settings: dict, key: dict, kind: str = "inductor-dir") -> dict:
     """Return ``{"hit": False, "reason": ...}`` or the version's manifest and blob URLs.
 
     A hit counts as a restore of the entry and the version (the counters the
     browse pages and purge-by-last-use read).
     """
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"])
-    version = index.newest_committed(session, entry.id) if entry else None
+    version = index.newest_committed(session, entry.id, kind) if entry else None
     if version is None:
         session.add(Event(kind="miss", entry_id=entry.id if entry else None))
-        reason = "no entry has this key" if entry is None else "the entry has no committed version"
+        reason = ("no entry has this key" if entry is None else "the entry has no committed version"
+                  + ("" if kind == "inductor-dir" else f" of kind {kind}"))
         return {"hit": False, "reason": reason}
 
     files = session.execute(select(VersionFile.root, VersionFile.path, VersionFile.digest, VersionFile.size,

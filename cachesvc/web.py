@@ -9,6 +9,8 @@ from itertools import groupby
 
 from flask import Blueprint, render_template, request
 
+from cachesvc_client import keys
+
 from . import browse, charts, stats
 from .api import services
 from .auth import requires
@@ -34,6 +36,11 @@ def _filters() -> dict:
             raise InvalidRequest(f"tag filter {t!r} is not KEY=VALUE")
     if tags:
         args["tag"] = tags
+    kind = request.args.get("kind", "").strip()
+    if kind:
+        if kind not in keys.KINDS:
+            raise InvalidRequest(f"kind must be one of {', '.join(keys.KINDS)}")
+        args["kind"] = kind
     sort = request.args.get("sort", "newest")
     if sort not in SORTS:
         raise InvalidRequest(f"sort must be one of {', '.join(SORTS)}")
@@ -54,7 +61,7 @@ def index():
     groups = [(name, list(items)) for name, items in groupby(rows, key=lambda r: r["name"])]
     query = {k: v for k, v in args.items() if k not in ("limit", "offset")}
     return render_template("index.html", page=page, groups=groups, args=args, query=query, sorts=SORTS,
-                           fields=browse.FILTER_FIELDS)
+                           fields=browse.FILTER_FIELDS, kinds=keys.KINDS)
 
 
 @bp.route("/entries/<int:entry_id>")

@@ -18,12 +18,13 @@ blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="
 @blp.arguments(ResolveArgs, location="query")
 @blp.response(200)
 def resolve(args):
-    """The newest committed version whose key matches exactly, with a URL per blob; `hit: false` otherwise."""
+    """The newest committed version of `kind` (default inductor-dir) whose key matches exactly, with a URL
+    per blob; `hit: false` otherwise."""
     key = {"name": args["name"], "shape": args["shape"], "tags": index.parse_tags(args["tags"]),
            "env": {f: args[f] for f in ENV_FIELDS}}
     svc = services()
     with svc.db.session() as s:
-        answer = resolving.resolve(s, svc.storage, svc.settings, key)
+        answer = resolving.resolve(s, svc.storage, svc.settings, key, args["kind"])
     presigned = sum(b["stored_size"] for b in answer.get("blobs", {}).values() if not b["url"].startswith("/"))
     metrics.current().bytes_out.labels("presigned").inc(presigned)
     return answer

@@ -66,11 +66,13 @@ class ServiceAPI:
             delay = min(delay * 2, 2.0)
 
     # -- endpoints ----------------------------------------------------------
-    def resolve(self, key: dict, deadline: Optional[float] = None) -> dict:
+    def resolve(self, key: dict, deadline: Optional[float] = None, kind: str = "inductor-dir") -> dict:
         import json
 
         params = {"name": key["name"], "shape": key["shape"],
                   "tags": json.dumps(key["tags"], sort_keys=True), **key["env"]}
+        if kind != "inductor-dir":  # services before artifact kinds know only the default
+            params["kind"] = kind
         return self.call("GET", "/api/v1/resolve", deadline=deadline, params=params)
 
     def create_version(self, body: dict) -> dict:

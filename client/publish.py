@@ -64,7 +64,9 @@ def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict],
 
 
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
-            workers: int = 8, transfer_timeout: float = 600.0) -> PublishReport:
+            workers: int = 8, transfer_timeout: float = 600.0, kind: str = "inductor-dir",
+            meta: Optional[Dict[str, str]] = None) -> PublishReport:
+    """Publish the files under ``roots`` as one version of ``kind``; ``meta`` adds to the version's metadata."""
     start = time.monotonic()
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
@@ -72,17 +74,18 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
              sum(f["size"] for f in files) / 1e6, len(roots), time.monotonic() - start)
     body = {
         "key": key,
-        "kind": "inductor-dir",
+        "kind": kind,
         "roots": {r.role: os.path.abspath(r.path) for r in roots},
         "files": files,
         "compile_seconds": compile_seconds,
         "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid()),
-                 "torch_dir": torch_dir() or ""},
+                 "torch_dir": torch_dir() or "", **(meta or {})},
     }
     answer = api.create_version(body)
     report = PublishReport(status=answer["status"], name=key["name"], shape=key["shape"],
                            version_id=answer["version"]["id"], entry_id=answer["entry"]["id"],
-                           files=len(files), bytes=sum(f["size"] for f in files), roots=body["roots"])
+                           files=len(files), bytes=sum(f["size"] for f in files), roots=body["roots"],
+                           kind=kind)
     if answer["status"] == "unchanged":
         report.seconds = time.monotonic() - start
         return report

@@ -161,8 +161,9 @@ class CacheClient:
         """Publish a precompiled artifact file (``kind`` aot-function or pt2-package) with its metadata.
 
         Make the file with ``cachesvc_client.precompile_function`` / ``precompile_package`` (or torch's
-        own APIs). ``example_inputs`` and ``device`` describe what it was compiled for; they are stored
-        with the torch version in the version's metadata and checked by ``load_precompiled``.
+        own APIs). ``example_inputs`` (stored as their ``shape_signature``) and ``device`` describe what
+        it was compiled for; they go into the version's metadata with the torch version, which
+        ``load_precompiled`` checks with the device (torch's own guards check the inputs).
         """
         if kind not in artifacts.PRECOMPILED:
             raise ValueError(f"kind must be one of {', '.join(artifacts.PRECOMPILED)}, got {kind!r}")

@@ -147,6 +147,9 @@ def precompile_function(fn: Callable, example_inputs: Sequence[Any], path: str, 
 
     with torch._dynamo.config.patch(enable_aot_compile=True):
         compiled = torch.compile(fn, fullgraph=True, **compile_kwargs)
+        if not hasattr(compiled, "aot_compile"):
+            raise Unsupported(f"torch {torch.__version__}: torch.compile(...) has no aot_compile; "
+                              "use kind mega-cache or inductor-dir")
         aot = compiled.aot_compile((tuple(example_inputs), {}))
     aot.save_compiled_function(path)
     return aot

@@ -21,6 +21,9 @@ LABELS = {
     "megacache-s3": "Mega-Cache blob from S3",
     "tarball-s3": "tarball of all roots from S3",
     "redis": "Redis remote FX-graph + AOTAutograd cache",
+    "cachesvc-mega": "**Mega-Cache through cachesvc** (kind mega-cache)",
+    "cachesvc-aot": "**precompiled function through cachesvc** (kind aot-function)",
+    "cachesvc-pt2": "**AOTInductor package through cachesvc** (kind pt2-package)",
 }
 
 
@@ -160,6 +163,13 @@ def render(doc: dict, out_dir: Path) -> Path:
                   "download + extract, `load_cache_artifacts`); *first call* is torch.compile plus the first "
                   "forward; *x floor* is their sum over the floor's.", "",
                   "![time to first inference](benchmarks-ttfi.png)", ""]
+        if any(r["contender"] in ("cachesvc-mega", "cachesvc-aot", "cachesvc-pt2") for r in t["rows"]):
+            parts += ["The other version kinds (issue 8): *cachesvc-mega* restores a kind `mega-cache` version "
+                      "and loads it with `load_cache_artifacts` in its restore step, then runs torch.compile; "
+                      "*cachesvc-aot* and *cachesvc-pt2* fetch a precompiled artifact (`aot-function`: "
+                      "`aot_compile` + `save_compiled_function`; `pt2-package`: AOTInductor) in the restore "
+                      "step, and their *first call* is `load_precompiled` plus the first forward, with no "
+                      "torch.compile and no Dynamo.", ""]
         for model in t["models"]:
             rs = [r for r in t["rows"] if r["model"] == model]
             parts += [f"**{model}**", "",

@@ -17,6 +17,10 @@ Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
   megacache-s3    torch.compiler.load_cache_artifacts of a blob fetched from S3
   tarball-s3      one .tar.zst of every root per key, fetched from S3 with boto3
   redis           PyTorch's Redis remote caches (FX graph + AOTAutograd), 127.0.0.1:6379
+  cachesvc-mega   Mega-Cache through cachesvc: restore(kind="mega-cache", load=True), then torch.compile
+  cachesvc-aot    precompiled through cachesvc: an aot_compile'd function (kind aot-function), loaded
+                  with load_precompiled in place of torch.compile (where the torch supports it)
+  cachesvc-pt2    precompiled through cachesvc: an AOTInductor .pt2 package (kind pt2-package)
 
 A seed container per model compiles once and fills every store (cachesvc
 on both backends, Mega-Cache blob, tarball, Redis); then every round runs
@@ -39,7 +43,10 @@ from demo.containers import Container
 from demo.s3server import S3Server
 from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
 
-CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis"]
+CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis",
+              "cachesvc-mega", "cachesvc-aot", "cachesvc-pt2"]
+#: contenders that restore a version of another kind from cachesvc (local backend) -> that kind
+KIND_CONTENDERS = {"cachesvc-mega": "mega-cache", "cachesvc-aot": "aot-function", "cachesvc-pt2": "pt2-package"}
 OPTIONAL = ["cachesvc-local-serial"]  # run only when --contenders names them
 ORDER = CONTENDERS + OPTIONAL + ["floor"]  # floor runs right after cold, in the same container
 
@@ -122,9 +129,28 @@ class Bench:
         seed = {"cold_first_call_s": cold["first_call_s"], "publish_local": cold["publish"],
                 "publish_s3": again["publish"], "megacache": cold.get("after", {}), "tarball": tar_info,
                 "redis": self.redis.stats() if self.redis else None, "copy_src": str(copy_src)}
+        seed["kinds"] = self.seed_kinds(ctr, model)
         shutil.rmtree(ctr.root)
         self.seeds[model] = seed
         return seed
+
+    def seed_kinds(self, ctr: Container, model: str) -> Dict[str, dict]:
+        """Publish every other kind to cachesvc (local) from the seed container: kind -> publish report or skip."""
+        from cachesvc_client import artifacts
+
+        out: Dict[str, dict] = {}
+        for kind in KIND_CONTENDERS.values():
+            why = artifacts.support(kind)
+            if why is None:
+                try:
+                    r = ctr.run_worker(*worker_args(model, self.device), "--kind", kind, "--publish", **self.local.client_env())
+                    out[kind] = dict(r["publish"], first_call_s=r["first_call_s"])
+                    continue
+                except RuntimeError as exc:  # e.g. a graph break: aot_compile needs one full graph
+                    why = str(exc).strip().splitlines()[-1][:300]
+            log(f"seed {model}: no {kind} version ({why}); its contender is skipped")
+            out[kind] = {"skipped": why}
+        return out
 
     def run(self, model: str, contender: str) -> List[dict]:
         """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""
@@ -153,6 +179,11 @@ class Bench:
                                    BENCH_TAR_KEY=f"tar/{model}.tar.zst", **s3env)
             elif contender == "redis":
                 r = ctr.run_worker(*m, **self.redis_env())
+            elif contender in KIND_CONTENDERS:
+                kind = KIND_CONTENDERS[contender]
+                if "skipped" in self.seeds[model]["kinds"][kind]:
+                    return []
+                r = ctr.run_worker(*m, "--kind", kind, "--restore", **self.local.client_env())
             else:
                 raise ValueError(contender)
             return [dict(r, contender=contender)]

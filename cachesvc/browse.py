@@ -2,9 +2,11 @@
 
 An entry is listed while it has a committed version. Its row carries the
 newest committed version's bytes (``size``: what a restore fetches), the
-version count, the bytes of all its versions, created / last restored and
-the restore count, and ``problem`` when the newest version's restores
-get no cache hit (``cachesvc.verdicts``).
+version count, the bytes of all its versions, the kinds of its committed
+versions, created / last restored and the restore count, and ``problem``
+when the newest version's restores get no cache hit (``cachesvc.verdicts``).
+With a ``kind`` filter only versions of that kind count, and only entries
+with one are listed.
 """
 from __future__ import annotations
 
@@ -46,12 +48,13 @@ def list_entries(session: Session, args: dict) -> dict:
     list request costs at 100,000 entries.
     """
     newer = aliased(Version)
+    of_kind = [Version.kind == args["kind"]] if args.get("kind") else []
     is_newest = ~exists().where(newer.entry_id == Version.entry_id, newer.state == "committed",
-                                newer.id > Version.id)
+                                newer.id > Version.id, *([newer.kind == args["kind"]] if of_kind else []))
     q = (select(Entry, Version.total_bytes, Version.id, Version.committed_at, Version.last_verdict)
-         .join(Entry, Entry.id == Version.entry_id).where(Version.state == "committed", is_newest))
+         .join(Entry, Entry.id == Version.entry_id).where(Version.state == "committed", is_newest, *of_kind))
     # Counted off the versions' (entry_id, state, id) index; entries joined only when filtered.
-    count = select(func.count(distinct(Version.entry_id))).where(Version.state == "committed")
+    count = select(func.count(distinct(Version.entry_id))).where(Version.state == "committed", *of_kind)
     conds = _filters(args)
     if conds:
         q, count = q.where(*conds), count.join(Entry, Entry.id == Version.entry_id).where(*conds)
@@ -69,11 +72,14 @@ def list_entries(session: Session, args: dict) -> dict:
     page = session.execute(q.order_by(*order, Entry.id.desc()).limit(args["limit"]).offset(args["offset"])).all()
     counts = {eid: (n, all_bytes) for eid, n, all_bytes in session.execute(
         select(Version.entry_id, func.count(Version.id), func.sum(Version.total_bytes))
-        .where(Version.state == "committed", Version.entry_id.in_([e.id for e, *_ in page]))
+        .where(Version.state == "committed", Version.entry_id.in_([e.id for e, *_ in page]), *of_kind)
         .group_by(Version.entry_id))} if page else {}
     rows = [dict(index.entry_summary(e), versions=counts[e.id][0], size=size, versions_bytes=int(counts[e.id][1]),
                  newest_version_id=newest, last_published_at=index.iso(published), problem=verdict == "no_hits")
             for e, size, newest, published, verdict in page]
+    kinds = _kinds(session, [r["id"] for r in rows])
+    for r in rows:
+        r["kinds"] = kinds.get(r["id"], [])
     nxt = args["offset"] + len(rows)
     return {"total": total, "limit": args["limit"], "offset": args["offset"], "sort": args.get("sort", "newest"),
             "next_offset": nxt if nxt < total else None, "entries": rows}
@@ -87,6 +93,17 @@ def _filters(args: dict) -> list:
     for item in args.get("tag") or ():
         conds.append(Entry.tags.like(f"%{_like_literal(_tag_pair(item))}%", escape="\\"))
     return conds
+
+
+def _kinds(session: Session, entry_ids: List[int]) -> Dict[int, List[str]]:
+    """entry id -> the sorted kinds of its committed versions."""
+    out: Dict[int, List[str]] = defaultdict(list)
+    if entry_ids:
+        for entry_id, kind in session.execute(select(Version.entry_id, Version.kind).distinct()
+                                              .where(Version.entry_id.in_(entry_ids), Version.state == "committed")
+                                              .order_by(Version.entry_id, Version.kind)):
+            out[entry_id].append(kind)
+    return out
 
 
 def entry_detail(session: Session, entry_id: int) -> dict:
@@ -103,9 +120,12 @@ def entry_detail(session: Session, entry_id: int) -> dict:
     blobs = index.present_blobs(session, digests)
     sets = {v.id: {f.digest for f in files[v.id]} for v in versions}
     out_versions = []
+    kinds_seen = set()
     for v in versions:
         mine = sets[v.id]
         row = index.version_summary(v)
+        row["newest_of_kind"] = v.kind not in kinds_seen  # what a resolve of this kind returns
+        kinds_seen.add(v.kind)
         row["blob_count"] = len(mine)
         row["stored_bytes"] = sum(blobs[d].stored_size for d in mine if d in blobs)
         row["shared_with"] = {str(o): len(mine & sets[o]) for o in sets if o != v.id and mine & sets[o]}

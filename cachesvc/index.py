@@ -75,17 +75,19 @@ def find_entry(session: Session, name: str, shape: str, tags: Dict[str, str], en
     return entry
 
 
-def newest_committed(session: Session, entry_id: int) -> Optional[Version]:
+def newest_committed(session: Session, entry_id: int, kind: str = keys.DEFAULT_KIND) -> Optional[Version]:
+    """The entry's newest committed version of ``kind``."""
     return session.scalars(
-        select(Version).where(Version.entry_id == entry_id, Version.state == "committed")
+        select(Version).where(Version.entry_id == entry_id, Version.kind == kind, Version.state == "committed")
         .order_by(Version.id.desc()).limit(1)
     ).first()
 
 
-def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, str],
-                     env: Dict[str, str]) -> Tuple[Optional[Entry], Optional[Version]]:
-    """The entry with this key and its newest committed version (None, None / entry, None), in one query."""
-    committed = and_(Version.entry_id == Entry.id, Version.state == "committed")
+def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, str], env: Dict[str, str],
+                     kind: str = keys.DEFAULT_KIND) -> Tuple[Optional[Entry], Optional[Version]]:
+    """The entry with this key and its newest committed version of ``kind`` (None, None / entry, None),
+    in one query."""
+    committed = and_(Version.entry_id == Entry.id, Version.kind == kind, Version.state == "committed")
     row = session.execute(
         select(Entry, Version).outerjoin(Version, committed)
         .where(Entry.key_digest == keys.key_digest(name, shape, tags, env))

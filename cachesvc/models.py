@@ -68,11 +68,12 @@ class Entry(Base):
 class Version(Base):
     __tablename__ = "versions"
     __table_args__ = (Index("ix_versions_entry_state", "entry_id", "state", "id"),
-                      Index("ix_versions_manifest_digest", "manifest_digest"))  # admission: same content, other key
+                      Index("ix_versions_manifest_digest", "manifest_digest"),  # admission: same content, other key
+                      Index("ix_versions_entry_kind_state", "entry_id", "kind", "state", "id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(32), default="inductor-dir")
+    kind: Mapped[str] = mapped_column(String(32), default="inductor-dir")  # cachesvc_client.keys.KINDS
     state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | committed | purged
     manifest_digest: Mapped[str] = mapped_column(String(64))
     file_count: Mapped[int] = mapped_column(Integer)

@@ -7,8 +7,8 @@
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it.
 
-Content equal to the key's newest committed version creates no version;
-content equal to another key's committed version is linked at once
+Content equal to the key's newest committed version of the same kind creates no
+version; content equal to another key's committed version is linked at once
 (``cachesvc.admission``); with ``merge`` the manifest is first unioned with
 the key's newest version (``cachesvc.merging``).
 """
@@ -62,8 +62,8 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     collect.store_lock(session)  # GC must see this pending version, or run wholly before it
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
-    newest = index.newest_committed(session, entry.id)
-    if body.get("merge"):
+    newest = index.newest_committed(session, entry.id, body["kind"])
+    if body.get("merge") and body["kind"] == keys.DEFAULT_KIND:  # only directory snapshots are unioned
         files, body = merging.union(session, newest, body)
         sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     digest = keys.manifest_digest(files)
@@ -136,7 +136,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
                            f"commit again", {"missing": missing[:1000]})
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
 
-    newest = index.newest_committed(session, entry.id)
+    newest = index.newest_committed(session, entry.id, version.kind)
     merging.catch_up(session, version, newest)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
         session.delete(version)  # a concurrent publisher committed the same content first

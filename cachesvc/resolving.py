@@ -1,4 +1,4 @@
-"""Resolve a key to its newest committed version, with where to fetch each blob."""
+"""Resolve a key to its newest committed version of a kind, with where to fetch each blob."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -16,20 +16,24 @@ def blob_url(storage: Storage, digest: str, encoding: str, expires: int) -> str:
 
 
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallbacks: Sequence[str] = (),
-            fallback_max_bytes: Optional[int] = None, hits: Optional[HitLog] = None) -> dict:
-    """Return the version's manifest and blob URLs, else the first fallback that finds something
-    (``cachesvc.fallback``), else ``{"hit": False, "reason": ..., "nearest": [...]}`` (``cachesvc.explain``).
+            fallback_max_bytes: Optional[int] = None, hits: Optional[HitLog] = None,
+            kind: str = "inductor-dir") -> dict:
+    """Return the newest committed version of ``kind`` with its manifest and blob URLs, else the first
+    fallback that finds something (``cachesvc.fallback``; inductor-dir only), else
+    ``{"hit": False, "reason": ..., "nearest": [...]}`` (``cachesvc.explain``).
 
     A hit counts as a restore of the entry and the version (the counters the
     browse pages and purge-by-last-use read): recorded in ``hits``, which writes
     them within seconds, or in ``session`` at once when ``hits`` is None.
     A hit reads two queries and writes nothing in the request.
     """
-    entry, version = index.find_with_newest(session, key["name"], key["shape"], key["tags"], key["env"])
+    entry, version = index.find_with_newest(session, key["name"], key["shape"], key["tags"], key["env"], kind)
     if version is None:
         session.add(Event(kind="miss", entry_id=entry.id if entry else None))
-        reason = "no entry has this key" if entry is None else "the entry has no committed version"
-        found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes)
+        reason = ("no entry has this key" if entry is None else "the entry has no committed version"
+                  + ("" if kind == "inductor-dir" else f" of kind {kind}"))
+        found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes) \
+            if kind == "inductor-dir" else None
         if found is not None:
             return dict(found, reason=reason)
         return {"hit": False, "reason": reason, "nearest": explain.nearest(session, key)}

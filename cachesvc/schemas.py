@@ -58,7 +58,7 @@ class FileSchema(Schema):
 
 class PublishSchema(Schema):
     key = fields.Nested(KeySchema, required=True)
-    kind = fields.String(load_default="inductor-dir", validate=validate.OneOf(["inductor-dir"]))
+    kind = fields.String(load_default=keys.DEFAULT_KIND, validate=validate.OneOf(keys.KINDS))
     roots = fields.Dict(keys=fields.String(validate=_rule(keys.check_role)),
                         values=fields.String(validate=validate.Length(min=1, max=4096)), required=True)
     files = fields.List(fields.Nested(FileSchema), required=True)
@@ -110,6 +110,8 @@ class VerdictSchema(Schema):
     verdict = fields.String(required=True, validate=validate.OneOf(["paid_off", "partial", "no_hits"]))
     fallback = fields.String(load_default="", validate=validate.OneOf(("",) + FALLBACK_STEPS),
                              metadata={"description": "the fallback step of the restore; empty: the exact key"})
+    kind = fields.String(load_default=keys.DEFAULT_KIND, validate=validate.OneOf(keys.KINDS),
+                         metadata={"description": "the version kind wanted: " + ", ".join(keys.KINDS)})
 
 
 SORTS = ("newest", "largest", "most_restored", "last_restored")
@@ -129,6 +131,8 @@ class EntryFilterArgs(Schema):
     arch = fields.String()
     problem = fields.Boolean(metadata={"description": "true: only entries whose newest version's restores got no "
                                                       "cache hit (client.verify()); false: only the others"})
+    kind = fields.String(validate=validate.OneOf(keys.KINDS),
+                         metadata={"description": "entries with a committed version of this kind"})
     sort = fields.String(load_default="newest", validate=validate.OneOf(SORTS),
                          metadata={"description": "newest (last published), largest (newest version's bytes), "
                                                   "most_restored, last_restored"})
@@ -146,7 +150,7 @@ class PurgeSchema(Schema):
         "description": "days since the version was last restored (a version never restored: since it was created)"})
     older_than = fields.Float(validate=validate.Range(0, 10**5), metadata={"description": "days since created"})
     keep_latest = fields.Integer(strict=True, validate=validate.Range(0, 10**6),
-                                 metadata={"description": "keep this many newest versions of every key"})
+                                 metadata={"description": "keep this many newest versions of every key and kind"})
     torch_version = fields.String(validate=validate.Length(min=1, max=200))
     name = fields.String(validate=validate.Length(min=1, max=200))
     device = fields.String(validate=validate.Length(min=1, max=200))

@@ -9,6 +9,8 @@ from itertools import groupby
 
 from flask import Blueprint, render_template, request
 
+from cachesvc_client import keys
+
 from . import browse, charts, stats
 from .api import services
 from .auth import requires
@@ -36,6 +38,11 @@ def _filters() -> dict:
         args["tag"] = tags
     if request.args.get("problem", "").lower() in ("1", "true", "yes"):
         args["problem"] = True  # only entries whose restores get no cache hit
+    kind = request.args.get("kind", "").strip()
+    if kind:
+        if kind not in keys.KINDS:
+            raise InvalidRequest(f"kind must be one of {', '.join(keys.KINDS)}")
+        args["kind"] = kind
     sort = request.args.get("sort", "newest")
     if sort not in SORTS:
         raise InvalidRequest(f"sort must be one of {', '.join(SORTS)}")
@@ -56,7 +63,7 @@ def index():
     groups = [(name, list(items)) for name, items in groupby(rows, key=lambda r: r["name"])]
     query = {k: v for k, v in args.items() if k not in ("limit", "offset")}
     return render_template("index.html", page=page, groups=groups, args=args, query=query, sorts=SORTS,
-                           fields=browse.FILTER_FIELDS)
+                           fields=browse.FILTER_FIELDS, kinds=keys.KINDS)
 
 
 @bp.route("/entries/<int:entry_id>")

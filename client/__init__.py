@@ -11,10 +11,12 @@ lazily from the container.
 """
 __version__ = "0.1.0"
 
+from .artifacts import load_precompiled, precompile_function, precompile_package  # noqa: E402
 from .client import CacheClient  # noqa: E402
 from .errors import CacheClientError  # noqa: E402
 from .fingerprint import environment, shape_signature  # noqa: E402
 from .report import PublishReport, RestoreReport  # noqa: E402
 from .torch_fixes import apply as apply_torch_fixes  # noqa: E402
 
-__all__ = ["CacheClient", "CacheClientError", "PublishReport", "RestoreReport", "apply_torch_fixes", "environment", "shape_signature"]
+__all__ = ["CacheClient", "CacheClientError", "PublishReport", "RestoreReport", "apply_torch_fixes", "environment",
+           "load_precompiled", "precompile_function", "precompile_package", "shape_signature"]

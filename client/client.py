@@ -5,11 +5,12 @@ import atexit
 import logging
 import os
 import sys
+import tempfile
 import threading
 from concurrent.futures import Future
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import envfiles, keys, roots as roots_mod, torch_fixes
+from . import artifacts, envfiles, keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
@@ -29,6 +30,10 @@ def torch_compile_seconds() -> Optional[float]:
         return None
     values = metrics.get("_compile.compile_inner")
     return round(sum(values), 3) if values else None
+
+
+def _compile_seconds(given: Optional[float]) -> Optional[float]:
+    return given if given is not None else torch_compile_seconds()
 
 
 class CacheClient:
@@ -72,8 +77,9 @@ class CacheClient:
 
     def restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *, strict: bool = False,
                 env: Optional[Mapping[str, str]] = None, fallbacks: Sequence[str] = (),
-                fallback_max_bytes: Optional[int] = None, verify_at_exit: bool = False) -> RestoreReport:
-        """Fetch the newest version of this key into the cache dir (and the other roots).
+                fallback_max_bytes: Optional[int] = None, verify_at_exit: bool = False,
+                kind: str = keys.DEFAULT_KIND, load: bool = False) -> RestoreReport:
+        """Fetch the newest version of this key and ``kind`` into the cache dir (and the other roots).
 
         Returns a RestoreReport; ``report.hit`` says whether anything was restored.
         On a miss, ``report.nearest`` names the closest entries and the key fields that
@@ -82,26 +88,40 @@ class CacheClient:
         shapes, up to ``fallback_max_bytes``), ``name`` (same environment, any name);
         ``report.fallback`` names the step that answered. ``verify_at_exit`` runs
         ``verify()`` when the process exits and logs its verdict.
-        On service or storage trouble it logs a warning and returns a miss, so the
-        process compiles cold; with ``strict=True`` it raises CacheClientError instead.
+        ``kind`` inductor-dir (default) restores the folder snapshot; the other kinds
+        (``keys.KINDS``) fetch their one file under ``<cache dir>/.cachesvc/artifacts/`` and list it in
+        ``report.artifacts``, with the version's metadata in ``report.meta``. With ``load=True`` a
+        mega-cache is then loaded (torch.compiler.load_cache_artifacts; ``report.loaded`` says what);
+        a precompiled kind is loaded with ``cachesvc_client.load_precompiled(report)``.
+        On service or storage trouble, or a blob torch cannot load, it logs a warning and returns a
+        miss, so the process compiles cold; with ``strict=True`` it raises CacheClientError instead.
         ``start_restore`` runs it in the background before torch is imported.
         Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
         """
         key = self.key(name, shape, tags, env)
-        torch_fixes.apply()  # where torch is imported already: see client/torch_fixes.py
+        keys.check_kind(kind)
+        if load and kind != "mega-cache":
+            raise ValueError(f"load=True loads a mega-cache; load a {kind} with cachesvc_client.load_precompiled")
+        torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/torch_fixes.py
         try:
-            report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
-                              stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
-                              fallback_max_bytes=fallback_max_bytes)
+            if kind == keys.DEFAULT_KIND:
+                report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
+                                  stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
+                                  fallback_max_bytes=fallback_max_bytes)
+            else:
+                report = artifacts.fetch(self.api, key, kind, self.cache_dir, workers=self.workers,
+                                         timeout=self.timeout, stall_timeout=self.stall_timeout)
+            if load and report.hit:
+                self._use_cache_dir()
+                report.loaded = artifacts.load_mega_cache(report.artifacts[0])
         except (CacheClientError, OSError) as exc:
             # OSError: the container's own disk (full, read-only) failed us; still a miss, never a crash.
             if strict:
                 raise
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             log.warning("cachesvc restore of %s failed, compiling cold: %s", name, message)
-            return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {message}")
-        if not self._cache_dir_given:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+            return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {message}", kind=kind)
+        self._use_cache_dir()
         self.last_restore = report
         if verify_at_exit:
             atexit.register(self.verify)
@@ -156,6 +176,11 @@ class CacheClient:
         threading.Thread(target=run, name=f"cachesvc-restore-{name}", daemon=True).start()
         return future
 
+    def _use_cache_dir(self) -> None:
+        """Point torch at the dir restored into, unless the caller chose one."""
+        if not self._cache_dir_given:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_dir
+
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
                 roots: Optional[Dict[str, str]] = None, min_compile_seconds: Optional[float] = None,
@@ -185,5 +210,46 @@ class CacheClient:
                      if roots is not None else roots_mod.default_roots(self.cache_dir))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
                           merge=merge)
+        log.info("%s", report.summary())
+        return report
+
+    def publish_mega_cache(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
+                           compile_seconds: Optional[float] = None,
+                           env: Optional[Mapping[str, str]] = None) -> PublishReport:
+        """Publish this process's Mega-Cache (torch.compiler.save_cache_artifacts()) as a mega-cache version.
+
+        Call it after the compiles to share. Raises Unsupported when torch lacks the API,
+        CacheClientError when there is nothing to save or the publish fails.
+        """
+        key = self.key(name, shape, tags, env)
+        data, counts = artifacts.save_mega_cache()
+        meta = dict(artifacts.artifact_meta("mega-cache"),
+                    contents=",".join(f"{t}={n}" for t, n in sorted(counts.items())))
+        with tempfile.TemporaryDirectory(prefix="cachesvc-mega-") as tmp:
+            path = os.path.join(tmp, artifacts.FILENAMES["mega-cache"])
+            with open(path, "wb") as f:
+                f.write(data)
+            report = artifacts.publish_file(self.api, key, "mega-cache", path, meta, workers=min(self.workers, 8),
+                                            compile_seconds=_compile_seconds(compile_seconds))
+        log.info("%s", report.summary())
+        return report
+
+    def publish_precompiled(self, name: str, shape: str, path: str, kind: str,
+                            tags: Optional[Mapping[str, str]] = None, *, example_inputs: Sequence[Any] = (),
+                            device: str = "", compile_seconds: Optional[float] = None,
+                            env: Optional[Mapping[str, str]] = None) -> PublishReport:
+        """Publish a precompiled artifact file (``kind`` aot-function or pt2-package) with its metadata.
+
+        Make the file with ``cachesvc_client.precompile_function`` / ``precompile_package`` (or torch's
+        own APIs). ``example_inputs`` (stored as their ``shape_signature``) and ``device`` describe what
+        it was compiled for; they go into the version's metadata with the torch version, which
+        ``load_precompiled`` checks with the device (torch's own guards check the inputs).
+        """
+        if kind not in artifacts.PRECOMPILED:
+            raise ValueError(f"kind must be one of {', '.join(artifacts.PRECOMPILED)}, got {kind!r}")
+        key = self.key(name, shape, tags, env)
+        meta = artifacts.artifact_meta(kind, example_inputs, device)
+        report = artifacts.publish_file(self.api, key, kind, path, meta, workers=min(self.workers, 8),
+                                        compile_seconds=_compile_seconds(compile_seconds))
         log.info("%s", report.summary())
         return report

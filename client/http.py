@@ -67,7 +67,7 @@ class ServiceAPI:
 
     # -- endpoints ----------------------------------------------------------
     def resolve(self, key: dict, deadline: Optional[float] = None, fallbacks: Sequence[str] = (),
-                fallback_max_bytes: Optional[int] = None) -> dict:
+                fallback_max_bytes: Optional[int] = None, kind: str = "inductor-dir") -> dict:
         import json
 
         params = {"name": key["name"], "shape": key["shape"],
@@ -76,6 +76,8 @@ class ServiceAPI:
             params["fallback"] = ",".join(fallbacks)
         if fallback_max_bytes is not None:
             params["fallback_max_bytes"] = str(fallback_max_bytes)
+        if kind != "inductor-dir":  # services before artifact kinds know only the default
+            params["kind"] = kind
         return self.call("GET", "/api/v1/resolve", deadline=deadline, params=params)
 
     def create_version(self, body: dict) -> dict:

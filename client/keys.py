@@ -20,6 +20,13 @@ from typing import Any, Dict, Iterable, Mapping, Tuple
 #: Environment fields, in display order. Every one must match for a restore.
 ENV_FIELDS: Tuple[str, ...] = ("torch", "triton", "cuda", "python", "device", "arch")
 
+#: Version kinds: what a version of an entry holds (see cachesvc_client.artifacts).
+#: ``inductor-dir`` a snapshot of the compile caches' folders; ``mega-cache`` one
+#: torch.compiler.save_cache_artifacts() blob; ``aot-function`` a function saved by
+#: ``torch.compile(fn, fullgraph=True).aot_compile(...)``; ``pt2-package`` an AOTInductor package.
+KINDS: Tuple[str, ...] = ("inductor-dir", "mega-cache", "aot-function", "pt2-package")
+DEFAULT_KIND = "inductor-dir"
+
 MAX_NAME = 200
 MAX_SHAPE = 2000
 MAX_ENV_VALUE = 200
@@ -96,6 +103,12 @@ def key_digest(name: str, shape: str, tags: Mapping[str, str], env: Mapping[str,
            "env": {f: env[f] for f in ENV_FIELDS}}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_kind(kind: Any) -> str:
+    if kind not in KINDS:
+        raise InvalidKey(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    return kind
 
 
 def check_role(role: Any) -> str:

@@ -80,9 +80,11 @@ def admit(compile_seconds: Optional[float], min_compile_seconds: float) -> str:
 
 
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
-            workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True) -> PublishReport:
-    """Snapshot ``roots`` and publish them under ``key``. With ``merge`` the service unions the manifest
-    with the key's newest version (``cachesvc.merging``), so publishers that restored it converge."""
+            workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True, kind: str = "inductor-dir",
+            meta: Optional[Dict[str, str]] = None) -> PublishReport:
+    """Snapshot ``roots`` and publish them under ``key`` as one version of ``kind``; ``meta`` adds to the
+    version's metadata. With ``merge`` the service unions the manifest with the key's newest version
+    (``cachesvc.merging``), so publishers that restored it converge."""
     start = time.monotonic()
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
@@ -90,18 +92,19 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
              sum(f["size"] for f in files) / 1e6, len(roots), time.monotonic() - start)
     body = {
         "key": key,
-        "kind": "inductor-dir",
+        "kind": kind,
         "roots": {r.role: os.path.abspath(r.path) for r in roots},
         "files": files,
         "compile_seconds": compile_seconds,
         "merge": merge,
         "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid()),
-                 "torch_dir": torch_dir() or ""},
+                 "torch_dir": torch_dir() or "", **(meta or {})},
     }
     answer = api.create_version(body)
     report = PublishReport(status=answer["status"], name=key["name"], shape=key["shape"],
                            version_id=answer["version"]["id"], entry_id=answer["entry"]["id"],
-                           files=len(files), bytes=sum(f["size"] for f in files), roots=body["roots"])
+                           files=len(files), bytes=sum(f["size"] for f in files), roots=body["roots"],
+                           kind=kind)
     if answer["status"] == "linked":
         linked = answer["linked_to"]
         report.reason = (f"the same content is stored as version {linked['version_id']} of entry "

@@ -45,6 +45,10 @@ class RestoreReport:
     fallback_entries: List[dict] = field(default_factory=list)  # the service's fallback.entries: what differs
     nearest: List[dict] = field(default_factory=list)  # on a miss: the closest entries and what differs
     started_at: float = 0.0   # time.time() when the restore began (client.verify() looks for newer files)
+    kind: str = "inductor-dir"  # the version kind restored (cachesvc_client.keys.KINDS)
+    artifacts: List[str] = field(default_factory=list)  # other kinds: the fetched files, local paths
+    meta: Dict[str, str] = field(default_factory=dict)  # other kinds: the version's metadata (torch, signature)
+    loaded: Optional[Dict[str, int]] = None  # mega-cache with load=True: artifacts loaded, per type
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -55,7 +59,7 @@ class RestoreReport:
             if self.nearest:
                 text += "; nearest: " + "; ".join(describe_entry(c) for c in self.nearest[:3])
             return text
-        what = f"hit version {self.version_id}"
+        what = ("" if self.kind == "inductor-dir" else f"{self.kind} ") + f"hit version {self.version_id}"
         if self.fallback:
             what = (f"fallback '{self.fallback}' ({self.reason}), version(s) {', '.join(map(str, self.versions))} "
                     f"[{'; '.join(describe_entry(c) for c in self.fallback_entries)}]")
@@ -64,6 +68,8 @@ class RestoreReport:
                 f"present, {self.seconds:.2f} s")
         if self.failed:
             text += f"; {len(self.failed)} file(s) left out: {self.failed[0]}" + (" ..." if len(self.failed) > 1 else "")
+        if self.loaded is not None:
+            text += "; loaded " + (", ".join(f"{n} {t}" for t, n in sorted(self.loaded.items())) or "nothing")
         return text
 
 
@@ -82,6 +88,7 @@ class PublishReport:
     roots: Dict[str, str] = field(default_factory=dict)
     admitted: bool = True     # False: skipped by the admission rule (nothing sent)
     reason: str = ""          # why skipped or linked
+    kind: str = "inductor-dir"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,6 +96,7 @@ class PublishReport:
     def summary(self) -> str:
         if self.status in ("skipped", "linked"):
             return f"publish {self.name} [{self.shape}]: {self.status}: {self.reason}"
-        return (f"publish {self.name} [{self.shape}]: {self.status} version {self.version_id}: {self.files} files "
+        what = "" if self.kind == "inductor-dir" else f" {self.kind}"
+        return (f"publish {self.name} [{self.shape}]:{what} {self.status} version {self.version_id}: {self.files} files "
                 f"({human(self.bytes)}), uploaded {self.uploaded_blobs} blobs ({human(self.uploaded_bytes)}) "
                 f"in {self.seconds:.2f} s")

@@ -9,6 +9,14 @@ and TORCHINDUCTOR_CACHE_DIR, as a restarted container would have.
 
     python demo/worker.py --model mlp --url http://127.0.0.1:8787 --restore --publish
     python demo/worker.py --model mlp-b4 --name mlp --restore --fallback shape --verify  # another shape
+    python demo/worker.py --model mlp --kind mega-cache --restore --publish
+
+``--kind`` picks what --restore and --publish move (cachesvc_client.keys.KINDS):
+inductor-dir, the folder snapshot (default); mega-cache, restored with
+load_cache_artifacts before compiling and published with
+save_cache_artifacts; aot-function / pt2-package, a precompiled artifact:
+restored and loaded in place of torch.compile (Dynamo does not run), or on a
+miss compiled ahead of time (aot_compile / AOTInductor), then published.
 """
 from __future__ import annotations
 
@@ -29,6 +37,26 @@ def _hook(spec: str):
     return getattr(importlib.import_module(module), func)
 
 
+def _precompiled(kind: str, model, inputs, report, path: str):
+    """(callable, how) for a precompiled kind: the restored artifact loaded, else compiled ahead of time into ``path``."""
+    import cachesvc_client
+    import torch
+
+    if report is not None and report.hit:
+        fn = cachesvc_client.load_precompiled(report)
+        return (lambda *xs: fn(model, *xs)) if kind == "aot-function" else fn, "loaded"
+    if kind == "aot-function":
+        fn = cachesvc_client.precompile_function(_forward, (model, *inputs), path)
+        return (lambda *xs: fn(model, *xs)), "compiled"
+    cachesvc_client.precompile_package(model, inputs, path)
+    return torch._inductor.aoti_load_package(path), "compiled"
+
+
+def _forward(model, *inputs):
+    """What aot-function precompiles: the model is an argument, so its weights stay out of the artifact."""
+    return model(*inputs)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mlp")
@@ -45,6 +73,9 @@ def main() -> None:
                    help="after the first call: client.verify() (did the restore pay off?), reported to the service")
     p.add_argument("--mode", default="default", help="torch.compile mode")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--kind", default="inductor-dir",
+                   choices=["inductor-dir", "mega-cache", "aot-function", "pt2-package"],
+                   help="what --restore and --publish move (see the module docstring)")
     p.add_argument("--restore-hook", default=None, metavar="MODULE:FUNC",
                    help="call FUNC() instead of the cachesvc restore, before compiling, timed as restore_s "
                         "(benchmarks use it for the alternatives: Mega-Cache, a tarball, a copied cache dir)")
@@ -62,7 +93,7 @@ def main() -> None:
     name = args.name or args.model
     tags = {"mode": args.mode}
     early = None
-    if args.restore and not args.restore_after_import and not args.fallback:
+    if args.restore and not args.restore_after_import and not args.fallback and args.kind == "inductor-dir":
         t_early = time.perf_counter()
         early = client.start_restore(name, signature(args.model), tags)  # overlaps import torch + build
     import torch
@@ -70,13 +101,16 @@ def main() -> None:
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     model, inputs = build(args.model, args.device)
     shape = shape_signature(*inputs)
+    precompiled = args.kind in ("aot-function", "pt2-package")
+    report = None
     if args.restore:
         t = time.perf_counter()
         if early is not None and shape == signature(args.model):
             report = early.result()
             out["restore_overlapped_s"] = t - t_early  # import and build time the restore ran alongside
         else:
-            report = client.restore(name, shape, tags, fallbacks=[x for x in args.fallback.split(",") if x])
+            report = client.restore(name, shape, tags, fallbacks=[x for x in args.fallback.split(",") if x],
+                                    kind=args.kind, load=args.kind == "mega-cache")
         out["restore_s"] = time.perf_counter() - t  # what the restore added before the first call
         out["restore"] = report.to_dict()
     if args.restore_hook:
@@ -84,15 +118,22 @@ def main() -> None:
         out["restore"] = _hook(args.restore_hook)() or {}
         out["restore_s"] = time.perf_counter() - t
     from cachesvc_client import apply_torch_fixes
+    from cachesvc_client.artifacts import FILENAMES
 
     out["torch_fixes"] = apply_torch_fixes()  # every run, the floor too: client/torch_fixes.py
-    t = time.perf_counter()
-    compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
+    artifact = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"worker-{os.getpid()}-{FILENAMES.get(args.kind)}")
     with torch.no_grad():
-        compiled(*inputs)
+        expected = model(*inputs)
+        t = time.perf_counter()
+        if precompiled:
+            call, out["precompiled"] = _precompiled(args.kind, model, inputs, report, artifact)
+        else:
+            call = torch.compile(model, mode=None if args.mode == "default" else args.mode)
+        result = call(*inputs)
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
     out["first_call_s"] = time.perf_counter() - t
+    out["max_abs_diff"] = float((result - expected).abs().max())
     out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
     from torch._dynamo.utils import counters
 
@@ -108,7 +149,14 @@ def main() -> None:
         out["after_s"] = time.perf_counter() - t
     if args.publish:
         t = time.perf_counter()
-        out["publish"] = client.publish(name, shape, tags).to_dict()
+        if args.kind == "mega-cache":
+            published = client.publish_mega_cache(name, shape, tags)
+        elif precompiled:
+            published = client.publish_precompiled(name, shape, artifact, args.kind, tags, example_inputs=inputs,
+                                                   device=args.device)
+        else:
+            published = client.publish(name, shape, tags)
+        out["publish"] = published.to_dict()
         out["publish_s"] = time.perf_counter() - t
     out["process_s"] = time.perf_counter() - T0
     print("RESULT " + json.dumps(out), flush=True)

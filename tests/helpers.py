@@ -47,9 +47,11 @@ def get_blob(client, url: str) -> bytes:
     return resp.content
 
 
-def publish(client, files: Dict[str, bytes], k: Optional[dict] = None) -> dict:
-    """Publish ``files`` (path -> bytes) through the API: create, upload identity, commit. Returns the commit answer."""
-    body = publish_body(files, k)
+def publish(client, files: Dict[str, bytes], k: Optional[dict] = None, **extra) -> dict:
+    """Publish ``files`` (path -> bytes) through the API: create, upload identity, commit. Returns the commit answer.
+
+    ``extra`` goes into the publish body (``kind``, ``meta``)."""
+    body = publish_body(files, k, **extra)
     resp = client.post("/api/v1/versions", json=body)
     assert resp.status_code in (200, 201), resp.json
     answer = resp.json

@@ -18,7 +18,8 @@ blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="
 @blp.arguments(ResolveArgs, location="query")
 @blp.response(200)
 def resolve(args):
-    """The newest committed version whose key matches exactly, with a URL per blob.
+    """The newest committed version of `kind` (default inductor-dir) whose key matches exactly, with a URL
+    per blob.
 
     Without one, the first `fallback` step that finds versions answers (`fallback` says which step and
     versions; never across an environment field), else `hit: false` with `reason` and `nearest`: the
@@ -29,7 +30,7 @@ def resolve(args):
     svc = services()
     with svc.db.session() as s:
         answer = resolving.resolve(s, svc.storage, svc.settings, key, args["fallback"], args.get("fallback_max_bytes"),
-                                   hits=svc.hits)
+                                   hits=svc.hits, kind=args["kind"])
     presigned = sum(b["stored_size"] for b in answer.get("blobs", {}).values() if not b["url"].startswith("/"))
     metrics.current().bytes_out.labels("presigned").inc(presigned)
     return answer

@@ -1,7 +1,7 @@
 """artifact kinds: resolve finds the newest committed version of a kind
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-29 11:30:00
 
 ``versions.kind`` exists since 0001 (every row so far is ``inductor-dir``);

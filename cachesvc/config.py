@@ -29,6 +29,8 @@ SETTINGS: Dict[str, tuple] = {
     "ANONYMOUS_READ": (None, "bool", "Let requests without a token read (browse, resolve, download, stats); default on for the embedded default (SQLite), off otherwise. Writing always needs a token."),
     "METRICS_PUBLIC": (True, "bool", "Serve /metrics without a token; off: /metrics needs a token with read scope."),
     "GC_GRACE_SECONDS": (None, float, "Seconds a purged version's blobs stay after the purge, so restores that already resolved it finish; default PRESIGN_EXPIRES + 3600."),
+    "REMOTE_CACHE_MAX_BYTES": (64 * 1024**2, int, "Largest value Inductor's live remote cache may store (PUT /api/v1/remote-cache); larger ones get 413 and stay in the process's local cache."),
+    "REMOTE_CACHE_MAX_IDLE_DAYS": (30.0, float, "GC evicts remote-cache items not read or written for this many days; 0 never evicts."),
 }
 
 

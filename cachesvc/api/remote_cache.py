@@ -1,0 +1,80 @@
+"""Inductor's live remote cache over HTTP: GET and PUT a value by Inductor's own key.
+
+The environment fingerprint comes as query parameters (the six fields of a
+resolve), so items of another torch, device or Python never mix. The body of
+a PUT, and of a GET's answer, is the value's bytes.
+"""
+from __future__ import annotations
+
+from flask import Response, request
+from flask_smorest import Blueprint
+
+from cachesvc_client.keys import ENV_FIELDS
+
+from .. import metrics, remote_cache
+from ..auth import requires
+from ..errors import NotFound, PayloadTooLarge, Unavailable
+from ..schemas import EnvSchema
+from ..storage import StorageError
+from . import services
+
+blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
+                description="Inductor's live remote cache (FX graphs, autotune results) by Inductor's key")
+
+_BINARY = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def _env(args: dict) -> dict:
+    return {f: args[f] for f in ENV_FIELDS}
+
+
+@blp.route("/<cache>/<key>", methods=["GET"])
+@requires("read")
+@blp.arguments(EnvSchema, location="query")
+@blp.response(200, description="The value's bytes", content_type="application/octet-stream")
+@blp.alt_response(404, description="No value under this key for this environment (a miss)")
+def get(args, cache, key):
+    """The value Inductor stored under `key` in `cache` for this environment; 404 `not_found` is a miss."""
+    remote_cache.check_name(cache, key)
+    svc = services()
+    try:
+        with svc.db.session() as s:
+            value = remote_cache.get(s, svc.storage, cache, _env(args), key)
+    except StorageError as exc:
+        raise Unavailable(f"blob storage failed: {exc}") from None
+    counter = metrics.current().remote_cache
+    if value is None:
+        counter.labels(cache, "miss").inc()
+        raise NotFound(f"remote cache {cache} has no value for key {key} in this environment")
+    counter.labels(cache, "hit").inc()
+    metrics.current().bytes_out.labels("service").inc(len(value))
+    return Response(value, mimetype="application/octet-stream")
+
+
+@blp.route("/<cache>/<key>", methods=["PUT"])
+@requires("write")
+@blp.arguments(EnvSchema, location="query")
+@blp.response(201)
+@blp.doc(requestBody={"required": True, **_BINARY})
+def put(args, cache, key):
+    """Store the body under `key` in `cache` for this environment (replacing an older value).
+
+    413 `payload_too_large` beyond `CACHESVC_REMOTE_CACHE_MAX_BYTES`.
+    """
+    remote_cache.check_name(cache, key)
+    svc = services()
+    limit = svc.settings["REMOTE_CACHE_MAX_BYTES"]
+    request.max_content_length = limit + 1  # not the JSON-body limit; read_body answers beyond ``limit``
+    try:
+        value = remote_cache.read_body(request, limit)
+    except PayloadTooLarge:
+        metrics.current().remote_cache.labels(cache, "too_large").inc()
+        raise
+    try:
+        with svc.db.session() as s:
+            item = remote_cache.put(s, svc.storage, cache, _env(args), key, value)
+    except StorageError as exc:
+        raise Unavailable(f"blob storage failed: {exc}") from None
+    metrics.current().remote_cache.labels(cache, "put").inc()
+    metrics.current().bytes_in.labels("service").inc(len(value))
+    return item

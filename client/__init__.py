@@ -6,6 +6,8 @@
     ... torch.compile(model)(x) ...
     client.publish(name="resnet50", shape=shape_signature(x))
 
+    cachesvc_client.enable_remote_cache()       # compiles mid-run ask the fleet first (remote_cache.py)
+
 Needs only requests, zstandard, filelock, click and tqdm; torch is imported
 lazily from the container.
 """
@@ -14,6 +16,8 @@ __version__ = "0.1.0"
 from .client import CacheClient  # noqa: E402
 from .errors import CacheClientError  # noqa: E402
 from .fingerprint import environment, shape_signature  # noqa: E402
+from .remote_cache import disable_remote_cache, enable_remote_cache  # noqa: E402
 from .report import PublishReport, RestoreReport  # noqa: E402
 
-__all__ = ["CacheClient", "CacheClientError", "PublishReport", "RestoreReport", "environment", "shape_signature"]
+__all__ = ["CacheClient", "CacheClientError", "PublishReport", "RestoreReport", "disable_remote_cache",
+           "enable_remote_cache", "environment", "shape_signature"]

@@ -16,8 +16,9 @@ meant for swapping the backend: the class attribute ``backend_override_cls``,
 a zero-argument callable returning the byte-level backend, which
 ``RedisRemoteCache.__init__`` honours before it would touch Redis (torch's
 own ``torch._inductor.mock_cache.PatchCaches`` uses it). We set it on
-``RemoteFxGraphCache`` / ``RemoteAutotuneCache`` /
-``RemoteBundledAutotuneCache`` and switch the matching config flags on. All
+``RemoteFxGraphCache``, ``RemoteAOTAutogradCache`` and ``RemoteAutotuneCache``
+(``RemoteBundledAutotuneCache`` on request: see ``DEFAULT_CACHES``) and
+switch the matching config flags on. All
 else stays Inductor's: when to look up, the key (``pt2:<cache id>::<key>:c1``)
 and the JSON serde, so the bytes we move are the ones Redis would hold. We
 take no private function and replace no class, so a torch that reshuffles its
@@ -63,8 +64,11 @@ CACHES: Dict[str, Tuple[str, str, str]] = {
     "fx-graph": ("RemoteFxGraphCache", "torch._inductor.config", "fx_graph_remote_cache"),
     "autotune": ("RemoteAutotuneCache", "torch._inductor.config", "autotune_remote_cache"),
     "bundled-autotune": ("RemoteBundledAutotuneCache", "torch._inductor.config", "bundled_autotune_remote_cache"),
+    "aot-autograd": ("RemoteAOTAutogradCache", "torch._functorch.config", "enable_remote_autograd_cache"),
 }
-DEFAULT_CACHES = tuple(CACHES)
+#: bundled-autotune is opt-in: switched on, Inductor 2.13 asserts in AutotuneCacheBundler.begin_compile for a
+#: graph without Triton kernels (a CPU graph has no backend hash), so the compile itself fails
+DEFAULT_CACHES = ("fx-graph", "aot-autograd", "autotune")
 _REMOTE_CACHE_MODULE = "torch._inductor.remote_cache"
 
 

@@ -37,6 +37,11 @@ def main() -> None:
     p.add_argument("--restore-hook", default=None, metavar="MODULE:FUNC",
                    help="call FUNC() instead of the cachesvc restore, before compiling, timed as restore_s "
                         "(benchmarks use it for the alternatives: Mega-Cache, a tarball, a copied cache dir)")
+    p.add_argument("--remote-cache", action="store_true",
+                   help="use the service as Inductor's live remote cache (cachesvc_client.enable_remote_cache) "
+                        "before compiling, timed as restore_s; its counters go under 'remote_cache'")
+    p.add_argument("--linger", action="store_true",
+                   help="after printing RESULT, stay alive until stdin closes (a long-running process)")
     p.add_argument("--after-hook", default=None, metavar="MODULE:FUNC",
                    help="call FUNC() after the first call (e.g. save Mega-Cache artifacts); "
                         "its dict goes under 'after'")
@@ -64,6 +69,13 @@ def main() -> None:
         t = time.perf_counter()
         out["restore"] = _hook(args.restore_hook)() or {}
         out["restore_s"] = time.perf_counter() - t
+    remote = None
+    if args.remote_cache:
+        from cachesvc_client import enable_remote_cache
+
+        t = time.perf_counter()
+        remote = enable_remote_cache(args.url)
+        out["restore_s"] = out.get("restore_s", 0.0) + time.perf_counter() - t
     t = time.perf_counter()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
     with torch.no_grad():
@@ -78,6 +90,12 @@ def main() -> None:
     out["counters"].update({k: v for k, v in counters["aot_autograd"].items() if "cache" in k})
     out["counters_all"] = {group: dict(c) for group, c in counters.items() if c}
     out["cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if remote is not None:
+        from torch._inductor.remote_cache import cache_stats
+
+        out["remote_cache"] = {"enabled": sorted(remote.enabled), "local_only": remote.local_only,
+                               "stats": remote.stats(),
+                               "inductor": {name: vars(stat) for name, stat in cache_stats._stats.items()}}
     if args.after_hook:
         t = time.perf_counter()
         out["after"] = _hook(args.after_hook)() or {}
@@ -88,6 +106,8 @@ def main() -> None:
         out["publish_s"] = time.perf_counter() - t
     out["process_s"] = time.perf_counter() - T0
     print("RESULT " + json.dumps(out), flush=True)
+    if args.linger:
+        sys.stdin.read()
 
 
 if __name__ == "__main__":

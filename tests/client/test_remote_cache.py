@@ -53,7 +53,7 @@ def test_inductor_fx_graph_cache_goes_through_cachesvc(live_server, tokens):
     from torch._inductor.utils import should_use_remote_fx_graph_cache
 
     status = cachesvc_client.enable_remote_cache(live_server.url, tokens["write"], env=ENV)
-    assert set(status.enabled) == set(remote_cache.CACHES) and not status.local_only
+    assert set(status.enabled) == set(remote_cache.DEFAULT_CACHES) and not status.local_only
     assert should_use_remote_fx_graph_cache() and config.autotune_remote_cache
     cache = FxGraphCache.get_remote_cache()  # Inductor's own call, as at every compile
     assert cache is not None and cache.backend is status.enabled["fx-graph"]
@@ -68,15 +68,17 @@ def test_inductor_fx_graph_cache_goes_through_cachesvc(live_server, tokens):
     assert raw.status_code == 200 and json.loads(raw.data) == value
 
 
-@pytest.mark.parametrize("cache,cache_id,cls_name", [
+@pytest.mark.parametrize("cache,cache_id,cls_name", [  # the calls of autotune_cache.py and autograd_cache.py
     ("autotune", "0123abcd" * 8, "RemoteAutotuneCache"),
     ("bundled-autotune", "bundled-autotune-v1", "RemoteBundledAutotuneCache"),
+    ("aot-autograd", "autograd-experimental", "RemoteAOTAutogradCache"),
 ])
-def test_inductor_autotune_caches_go_through_cachesvc(live_server, tokens, cache, cache_id, cls_name):
+def test_inductor_autotune_and_aot_autograd_caches_go_through_cachesvc(live_server, tokens, cache, cache_id,
+                                                                        cls_name):
     from torch._inductor.remote_cache import create_cache
 
     status = cachesvc_client.enable_remote_cache(live_server.url, tokens["write"], env=ENV, caches=(cache,))
-    made = create_cache(cache_id, False, "Fb" + cls_name, cls_name)  # as torch/_inductor/runtime/autotune_cache.py
+    made = create_cache(cache_id, False, "Fb" + cls_name, cls_name)
     assert made is not None and made.backend is status.enabled[cache]
     made.put("k1", {"XBLOCK": 64, "num_warps": 4})
     assert create_cache(cache_id, False, "Fb" + cls_name, cls_name).get("k1") == {"XBLOCK": 64, "num_warps": 4}
@@ -104,7 +106,7 @@ def test_a_missing_hook_warns_once_and_stays_local_only(monkeypatch, caplog, liv
     assert "backend_override_cls" in status.local_only["fx-graph"]
     assert "RemoteAutotuneCache is not a RemoteCache class" in status.local_only["autotune"]
     warned = [r.getMessage() for r in caplog.records if "stays local-only" in r.getMessage()]
-    assert len(warned) == len(remote_cache.CACHES)
+    assert len(warned) == len(remote_cache.DEFAULT_CACHES)
     from torch._inductor import config
 
     assert not config.fx_graph_remote_cache, "the remote FX-graph cache must stay off (it would try Redis)"

@@ -11,6 +11,8 @@ Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
   megacache-s3    torch.compiler.load_cache_artifacts of a blob fetched from S3
   tarball-s3      one .tar.zst of every root per key, fetched from S3 with boto3
   redis           PyTorch's Redis remote caches (FX graph + AOTAutograd), 127.0.0.1:6379
+  cachesvc-remote the live remote cache through cachesvc (enable_remote_cache: FX graph + AOTAutograd
+                  + autotune), local service; filled by its own cold run per model (seed_remote)
 
 A seed container per model compiles once and fills every store (cachesvc
 on both backends, Mega-Cache blob, tarball, Redis); then every round runs
@@ -33,7 +35,8 @@ from demo.containers import Container
 from demo.s3server import S3Server
 from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
 
-CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis"]
+CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis",
+              "cachesvc-remote"]
 ORDER = CONTENDERS + ["floor"]  # floor runs right after cold, in the same container
 
 
@@ -108,6 +111,17 @@ class Bench:
         self.seeds[model] = seed
         return seed
 
+    def seed_remote(self, model: str) -> None:
+        """Fill the local service's live remote cache for ``model`` once: a cold run with ``--remote-cache``."""
+        if "remote_cache" in self.seeds[model]:
+            return
+        ctr = self.fresh(f"seed-remote-{model}")
+        try:
+            r = ctr.run_worker("--model", model, "--remote-cache", **self.local.client_env())
+        finally:
+            shutil.rmtree(ctr.root, ignore_errors=True)
+        self.seeds[model]["remote_cache"] = {"first_call_s": r["first_call_s"], **r["remote_cache"]}
+
     def run(self, model: str, contender: str) -> List[dict]:
         """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""
         ctr = self.fresh(f"{contender}-{model}")
@@ -132,6 +146,9 @@ class Bench:
                                    BENCH_TAR_KEY=f"tar/{model}.tar.zst", **s3env)
             elif contender == "redis":
                 r = ctr.run_worker("--model", model, **self.redis.env())
+            elif contender == "cachesvc-remote":
+                self.seed_remote(model)
+                r = ctr.run_worker("--model", model, "--remote-cache", **self.local.client_env())
             else:
                 raise ValueError(contender)
             return [dict(r, contender=contender)]

@@ -86,7 +86,7 @@ class Container:
         return _result(proc.returncode, proc.stdout, proc.stderr)
 
     def start_worker(self, *args: str, **extra_env: str) -> subprocess.Popen:
-        """Start demo/worker.py with ``--linger`` in this container: ``read_result`` it, then close its stdin."""
+        """Start demo/worker.py with ``--linger`` in this container: ``read_result`` it, then ``stop_worker`` it."""
         return subprocess.Popen(self._worker_cmd((*args, "--linger")), env=self.env(**extra_env), text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -100,6 +100,15 @@ class Container:
             seen.append(line)
         proc.wait()
         return _result(proc.returncode, "".join(seen), "")
+
+    @staticmethod
+    def stop_worker(proc: subprocess.Popen, timeout: float = 60) -> int:
+        """Let a started worker exit (close its stdin) and return its exit status."""
+        proc.stdin.close()
+        try:
+            return proc.wait(timeout=timeout)
+        finally:
+            proc.stdout.close()
 
     @staticmethod
     def _worker_cmd(args) -> list:

@@ -160,6 +160,8 @@ def manifest_digest(files: Iterable[Mapping[str, Any]]) -> str:
 # -- Inductor's live remote cache (cachesvc_client.remote_cache, cachesvc.remote_cache) ----------
 
 MAX_REMOTE_KEY = 512
+#: the caches cachesvc_client.remote_cache hooks; the service accepts any valid name but labels its metrics by these
+REMOTE_CACHES = ("fx-graph", "aot-autograd", "autotune", "bundled-autotune")
 _CACHE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _REMOTE_KEY_RE = re.compile(r"^[A-Za-z0-9._:=+-]{1,%d}$" % MAX_REMOTE_KEY)
 

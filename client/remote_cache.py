@@ -119,7 +119,7 @@ class HTTPBackend:
             resp = self.session.get(self.base + self.wire_key(key), params=self.params, timeout=self.timeout)
         except requests.RequestException as exc:
             return self._failed("get", f"{type(exc).__name__}: {exc}")
-        if resp.status_code == 200:
+        if resp.status_code == 200 and resp.headers.get("Content-Type", "").startswith("application/octet-stream"):
             self.stats.hits += 1
             return resp.content
         if resp.status_code == 404:

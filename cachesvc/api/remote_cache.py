@@ -9,7 +9,7 @@ from __future__ import annotations
 from flask import Response, request
 from flask_smorest import Blueprint
 
-from cachesvc_client.keys import ENV_FIELDS
+from cachesvc_client.keys import ENV_FIELDS, REMOTE_CACHES
 
 from .. import metrics, remote_cache
 from ..auth import requires
@@ -28,6 +28,11 @@ def _env(args: dict) -> dict:
     return {f: args[f] for f in ENV_FIELDS}
 
 
+def _count(cache: str, result: str) -> None:
+    """Count a request; names outside ``REMOTE_CACHES`` share one label, so clients cannot grow the series."""
+    metrics.current().remote_cache.labels(cache if cache in REMOTE_CACHES else "other", result).inc()
+
+
 @blp.route("/<cache>/<key>", methods=["GET"])
 @requires("read")
 @blp.arguments(EnvSchema, location="query")
@@ -42,11 +47,10 @@ def get(args, cache, key):
             value = remote_cache.get(s, svc.storage, cache, _env(args), key)
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
-    counter = metrics.current().remote_cache
     if value is None:
-        counter.labels(cache, "miss").inc()
+        _count(cache, "miss")
         raise NotFound(f"remote cache {cache} has no value for key {key} in this environment")
-    counter.labels(cache, "hit").inc()
+    _count(cache, "hit")
     metrics.current().bytes_out.labels("service").inc(len(value))
     return Response(value, mimetype="application/octet-stream")
 
@@ -68,13 +72,13 @@ def put(args, cache, key):
     try:
         value = remote_cache.read_body(request, limit)
     except PayloadTooLarge:
-        metrics.current().remote_cache.labels(cache, "too_large").inc()
+        _count(cache, "too_large")
         raise
     try:
         with svc.db.session() as s:
             item = remote_cache.put(s, svc.storage, cache, _env(args), key, value)
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
-    metrics.current().remote_cache.labels(cache, "put").inc()
+    _count(cache, "put")
     metrics.current().bytes_in.labels("service").inc(len(value))
     return item

@@ -148,6 +148,10 @@ def test_metrics_count_hits_misses_puts_and_refusals(app, client):
     client.get(URL, query_string=env())
     client.get(URL, query_string=env())
     client.put(URL, query_string=env(), data=b"x" * 11)
+    for name in ("made-up-1", "made-up-2"):
+        client.get(f"/api/v1/remote-cache/{name}/k", query_string=env())
     text = client.get("/metrics").data.decode()
-    for result, n in (("hit", 2), ("miss", 1), ("put", 1), ("too_large", 1)):
-        assert f'cachesvc_remote_cache_requests_total{{cache="fx-graph",result="{result}"}} {n}.0' in text, result
+    for cache, result, n in (("fx-graph", "hit", 2), ("fx-graph", "miss", 1), ("fx-graph", "put", 1),
+                             ("fx-graph", "too_large", 1), ("other", "miss", 2)):
+        assert f'cachesvc_remote_cache_requests_total{{cache="{cache}",result="{result}"}} {n}.0' in text, result
+    assert "made-up" not in text

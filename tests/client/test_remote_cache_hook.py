@@ -13,7 +13,7 @@ import socket
 import pytest
 
 import cachesvc_client
-from cachesvc_client import remote_cache
+from cachesvc_client import keys, remote_cache
 from tests.helpers import ENV
 
 torch = pytest.importorskip("torch")
@@ -45,6 +45,7 @@ def closed_port_url() -> str:
 def test_the_hook_exists_in_the_installed_torch():
     problems = {cache: remote_cache.check_hook(cache) for cache in remote_cache.CACHES}
     assert problems == {cache: None for cache in remote_cache.CACHES}, (torch.__version__, problems)
+    assert set(remote_cache.CACHES) == set(keys.REMOTE_CACHES)  # the names the service's metrics know
 
 
 def test_inductor_fx_graph_cache_goes_through_cachesvc(live_server, tokens):
@@ -141,6 +142,8 @@ def test_service_errors_are_misses_and_a_read_only_token_stops_puts(live_server,
     assert backend.get("k") is None and backend.stats.misses == 1
     bad = remote_cache.HTTPBackend(live_server.url, "fx-graph", ENV, token="cs_wrong", cooldown=0)
     assert bad.get("k") is None and bad.stats.errors == 1  # 401: an error, answered as a miss
+    lost = remote_cache.HTTPBackend(live_server.url + "/healthz?", "fx-graph", ENV, cooldown=0)
+    assert lost.get("k") is None and lost.stats.errors == 1  # a 200 that is not a value: an error, a miss
 
 
 def test_keys_outside_the_service_rules_are_sent_hashed(live_server, tokens):

@@ -44,7 +44,7 @@ from . import blobs, collect, index
 from .db import Database
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
-from .storage import Storage, blob_key
+from .storage import BlobNotFound, Storage, blob_key
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ def _find(session: Session, cache: str, env: Dict[str, str], key: str) -> Option
 
 def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key: str,
         now: Optional[dt.datetime] = None) -> Optional[bytes]:
-    """The value stored under the name, or None (a miss). Raises StorageError when storage fails."""
+    """The value stored under the name, or None (a miss, also when its object is lost). Raises StorageError
+    when storage fails."""
     now = now or utcnow()
     item = _find(session, cache, env, key)
     if item is None:
@@ -96,8 +97,12 @@ def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
     if blob is None:  # cannot happen while GC keeps item blobs; a miss all the same
         log.warning("remote cache item %s/%s names blob %s, which is not stored", cache, key, item.digest)
         return None
-    with storage.open(blob_key(blob.digest, blob.encoding)) as body:
-        raw = body.read()
+    try:
+        with storage.open(blob_key(blob.digest, blob.encoding)) as body:
+            raw = body.read()
+    except BlobNotFound:  # one lost object: a miss for this key (Inductor compiles and puts it again)
+        log.warning("remote cache item %s/%s: blob %s is indexed but missing from storage", cache, key, blob.digest)
+        return None
     value = zstandard.ZstdDecompressor().decompressobj().decompress(raw) if blob.encoding == "zstd" else raw
     values = {"hit_count": RemoteCacheItem.hit_count + 1}
     if item.last_used_at < now - TOUCH_EVERY:
@@ -113,10 +118,10 @@ def put(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
     digest = hashlib.sha256(value).hexdigest()
     collect.store_lock(session)  # GC runs wholly before this (the blob row is gone: store it again) or after
     blob = session.get(Blob, digest)
-    if blob is None:
-        frame = zstandard.ZstdCompressor(level=3).compress(value)
-        row = blobs.receive(storage, digest, "zstd", io.BytesIO(frame))
-        index.insert_blobs(session, [row])
+    encoding = blob.encoding if blob is not None else "zstd"
+    if blob is None or storage.stat(blob_key(digest, encoding)) is None:  # new, or its object was lost
+        body = zstandard.ZstdCompressor(level=3).compress(value) if encoding == "zstd" else value
+        index.insert_blobs(session, [blobs.receive(storage, digest, encoding, io.BytesIO(body))])
     values = {"cache": cache, "env_digest": keys.env_digest(env), "key": key, "env": env, "digest": digest,
               "size": len(value), "created_at": now, "last_used_at": now, "hit_count": 0}
     mod = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite

@@ -155,3 +155,11 @@ def test_metrics_count_hits_misses_puts_and_refusals(app, client):
                              ("fx-graph", "too_large", 1), ("other", "miss", 2)):
         assert f'cachesvc_remote_cache_requests_total{{cache="{cache}",result="{result}"}} {n}.0' in text, result
     assert "made-up" not in text
+
+
+def test_a_lost_object_is_a_miss_and_a_new_put_stores_it_again(app, client, storage):
+    client.put(URL, query_string=env(), data=b"value")
+    storage.delete(blob_key(sha(b"value"), "zstd"))
+    assert client.get(URL, query_string=env()).status_code == 404
+    assert client.put(URL, query_string=env(), data=b"value").status_code == 201
+    assert client.get(URL, query_string=env()).data == b"value"

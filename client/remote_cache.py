@@ -250,8 +250,9 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
             requests after a failure.
         env: the environment fingerprint naming the namespace, default ``environment()``.
 
-    Returns a RemoteCacheStatus. Never raises for a missing hook, a missing URL or an unreachable
-    service: it logs a warning and leaves those caches local-only. Call it before the first compile.
+    Returns a RemoteCacheStatus. Never raises for a missing hook, a missing URL, a bad fingerprint or an
+    unreachable service: it logs a warning and leaves those caches local-only. Call it before the first
+    compile (Inductor makes its AOTAutograd remote cache once per process).
     Raises ValueError only for a cache name not in ``CACHES`` (a programming error).
     """
     unknown = [c for c in caches if c not in CACHES]
@@ -260,34 +261,47 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
     status = RemoteCacheStatus()
     url = url or os.environ.get("CACHESVC_URL", "")
     token = token or os.environ.get("CACHESVC_TOKEN") or None
-    if not url:
-        for cache in caches:
-            status.local_only[cache] = "no service URL: pass url= or set CACHESVC_URL"
-        log.warning("cachesvc remote cache not enabled: no service URL (pass url= or set CACHESVC_URL)")
+    reason = "no service URL: pass url= or set CACHESVC_URL" if not url else None
+    if reason is None:
+        try:
+            env = keys.check_env(env if env is not None else environment())
+        except keys.InvalidKey as exc:
+            reason = f"bad environment fingerprint ({exc}): fix CACHESVC_ENV_* or env="
+    if reason is not None:
+        status.local_only = dict.fromkeys(caches, reason)
+        log.warning("cachesvc remote cache not enabled: %s", reason)
         return status
-    import importlib
-
-    env = keys.check_env(env if env is not None else environment())
     session = new_session(token)
     with _hook_lock:
         for cache in caches:
             problem = check_hook(cache)
+            if problem is None:
+                try:
+                    backend = HTTPBackend(url, cache, env, token, timeout=timeout, cooldown=cooldown,
+                                          session=session)
+                    _install(cache, backend)
+                    status.enabled[cache] = backend
+                except Exception as exc:  # a torch that refuses the attribute or the flag: never fail
+                    problem = f"hooking failed: {type(exc).__name__}: {exc}"
             if problem is not None:
                 status.local_only[cache] = problem
                 log.warning("cachesvc remote cache %s stays local-only: %s", cache, problem)
-                continue
-            cls_name, config_module, flag = CACHES[cache]
-            cls = getattr(importlib.import_module(_REMOTE_CACHE_MODULE), cls_name)
-            config = importlib.import_module(config_module)
-            backend = HTTPBackend(url, cache, env, token, timeout=timeout, cooldown=cooldown, session=session)
-            if cache not in _saved:
-                _saved[cache] = (cls, cls.__dict__.get("backend_override_cls"), config, flag, getattr(config, flag))
-            cls.backend_override_cls = _backend_factory(backend)
-            setattr(config, flag, True)
-            status.enabled[cache] = backend
     if status.enabled:
         log.info("cachesvc remote cache on for %s at %s", ", ".join(status.enabled), url)
     return status
+
+
+def _install(cache: str, backend: HTTPBackend) -> None:
+    """Point Inductor's class for ``cache`` at ``backend`` and switch its flag on (the first state is saved)."""
+    import importlib
+
+    cls_name, config_module, flag = CACHES[cache]
+    cls = getattr(importlib.import_module(_REMOTE_CACHE_MODULE), cls_name)
+    config = importlib.import_module(config_module)
+    if cache not in _saved:
+        _saved[cache] = (cls, cls.__dict__.get("backend_override_cls"), config, flag, getattr(config, flag))
+    cls.backend_override_cls = _backend_factory(backend)
+    setattr(config, flag, True)
 
 
 def disable_remote_cache() -> None:

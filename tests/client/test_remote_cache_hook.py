@@ -113,12 +113,16 @@ def test_a_missing_hook_warns_once_and_stays_local_only(monkeypatch, caplog, liv
     assert not config.fx_graph_remote_cache, "the remote FX-graph cache must stay off (it would try Redis)"
 
 
-def test_no_url_enables_nothing_and_says_what_to_set(monkeypatch, caplog):
+@pytest.mark.parametrize("url,env,says", [
+    (None, ENV, "CACHESVC_URL"),
+    ("http://127.0.0.1:9", {**ENV, "torch": "2.13\x01"}, "CACHESVC_ENV_"),
+])
+def test_no_url_or_a_bad_fingerprint_enables_nothing_and_says_what_to_fix(monkeypatch, caplog, url, env, says):
     monkeypatch.delenv("CACHESVC_URL", raising=False)
     with caplog.at_level(logging.WARNING, logger="cachesvc_client"):
-        status = cachesvc_client.enable_remote_cache(env=ENV)
-    assert not status.enabled and "CACHESVC_URL" in status.local_only["fx-graph"]
-    assert any("CACHESVC_URL" in r.getMessage() for r in caplog.records)
+        status = cachesvc_client.enable_remote_cache(url, env=env)
+    assert not status.enabled and says in status.local_only["fx-graph"]
+    assert any(says in r.getMessage() for r in caplog.records)
 
 
 def test_an_unreachable_service_is_a_miss_then_a_quiet_cooldown(caplog):

@@ -20,6 +20,7 @@ LABELS = {
     "megacache-s3": "Mega-Cache blob from S3",
     "tarball-s3": "tarball of all roots from S3",
     "redis": "Redis remote FX-graph + AOTAutograd cache",
+    "cachesvc-remote": "**cachesvc live remote cache** (FX graph + AOTAutograd)",
 }
 
 

@@ -40,6 +40,8 @@ def main() -> None:
     p.add_argument("--remote-cache", action="store_true",
                    help="use the service as Inductor's live remote cache (cachesvc_client.enable_remote_cache) "
                         "before compiling, timed as restore_s; its counters go under 'remote_cache'")
+    p.add_argument("--remote-caches", default=None, metavar="NAMES",
+                   help="with --remote-cache: which caches, comma-separated (default: the client's DEFAULT_CACHES)")
     p.add_argument("--linger", action="store_true",
                    help="after printing RESULT, stay alive until stdin closes (a long-running process)")
     p.add_argument("--after-hook", default=None, metavar="MODULE:FUNC",
@@ -71,10 +73,11 @@ def main() -> None:
         out["restore_s"] = time.perf_counter() - t
     remote = None
     if args.remote_cache:
-        from cachesvc_client import enable_remote_cache
+        from cachesvc_client import enable_remote_cache, remote_cache
 
+        caches = tuple(args.remote_caches.split(",")) if args.remote_caches else remote_cache.DEFAULT_CACHES
         t = time.perf_counter()
-        remote = enable_remote_cache(args.url)
+        remote = enable_remote_cache(args.url, caches=caches)
         out["restore_s"] = out.get("restore_s", 0.0) + time.perf_counter() - t
     t = time.perf_counter()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)

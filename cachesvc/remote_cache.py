@@ -48,10 +48,6 @@ from .storage import BlobNotFound, Storage, blob_key
 
 log = logging.getLogger(__name__)
 
-#: a GET refreshes ``last_used_at`` only when it is older than this: reads stay cheap, eviction stays right
-TOUCH_EVERY = dt.timedelta(minutes=5)
-
-
 def check_name(cache: str, key: str) -> None:
     """Raise InvalidRequest unless the cache name and key follow ``cachesvc_client.keys``' rules."""
     try:
@@ -104,10 +100,8 @@ def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
         log.warning("remote cache item %s/%s: blob %s is indexed but missing from storage", cache, key, blob.digest)
         return None
     value = zstandard.ZstdDecompressor().decompressobj().decompress(raw) if blob.encoding == "zstd" else raw
-    values = {"hit_count": RemoteCacheItem.hit_count + 1}
-    if item.last_used_at < now - TOUCH_EVERY:
-        values["last_used_at"] = now
-    session.execute(update(RemoteCacheItem).where(RemoteCacheItem.id == item.id).values(**values))
+    session.execute(update(RemoteCacheItem).where(RemoteCacheItem.id == item.id)
+                    .values(hit_count=RemoteCacheItem.hit_count + 1, last_used_at=now))
     return value
 
 

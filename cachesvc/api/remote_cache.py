@@ -14,7 +14,7 @@ from cachesvc_client.keys import ENV_FIELDS, REMOTE_CACHES
 from .. import metrics, remote_cache
 from ..auth import requires
 from ..errors import NotFound, PayloadTooLarge, Unavailable
-from ..schemas import EnvSchema
+from ..schemas import EnvSchema, ErrorSchema
 from ..storage import StorageError
 from . import services
 
@@ -37,7 +37,7 @@ def _count(cache: str, result: str) -> None:
 @requires("read")
 @blp.arguments(EnvSchema, location="query")
 @blp.response(200, description="The value's bytes", content_type="application/octet-stream")
-@blp.alt_response(404, description="No value under this key for this environment (a miss)")
+@blp.alt_response(404, schema=ErrorSchema, description="No value under this key for this environment (a miss)")
 def get(args, cache, key):
     """The value Inductor stored under `key` in `cache` for this environment; 404 `not_found` is a miss."""
     remote_cache.check_name(cache, key)

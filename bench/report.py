@@ -24,6 +24,7 @@ LABELS = {
     "cachesvc-mega": "**Mega-Cache through cachesvc** (kind mega-cache)",
     "cachesvc-aot": "**precompiled function through cachesvc** (kind aot-function)",
     "cachesvc-pt2": "**AOTInductor package through cachesvc** (kind pt2-package)",
+    "cachesvc-remote": "**cachesvc live remote cache** (FX graph + AOTAutograd)",
 }
 
 

@@ -21,6 +21,8 @@ Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
   cachesvc-aot    precompiled through cachesvc: an aot_compile'd function (kind aot-function), loaded
                   with load_precompiled in place of torch.compile (where the torch supports it)
   cachesvc-pt2    precompiled through cachesvc: an AOTInductor .pt2 package (kind pt2-package)
+  cachesvc-remote the live remote cache through cachesvc (enable_remote_cache: FX graph + AOTAutograd
+                  + autotune), local service; filled by its own cold run per model (seed_remote)
 
 A seed container per model compiles once and fills every store (cachesvc
 on both backends, Mega-Cache blob, tarball, Redis); then every round runs
@@ -44,7 +46,7 @@ from demo.s3server import S3Server
 from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
 
 CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis",
-              "cachesvc-mega", "cachesvc-aot", "cachesvc-pt2"]
+              "cachesvc-mega", "cachesvc-aot", "cachesvc-pt2", "cachesvc-remote"]
 #: contenders that restore a version of another kind from cachesvc (local backend) -> that kind
 KIND_CONTENDERS = {"cachesvc-mega": "mega-cache", "cachesvc-aot": "aot-function", "cachesvc-pt2": "pt2-package"}
 OPTIONAL = ["cachesvc-local-serial"]  # run only when --contenders names them
@@ -152,6 +154,17 @@ class Bench:
             out[kind] = {"skipped": why}
         return out
 
+    def seed_remote(self, model: str) -> None:
+        """Fill the local service's live remote cache for ``model`` once: a cold run with ``--remote-cache``."""
+        if "remote_cache" in self.seeds[model]:
+            return
+        ctr = self.fresh(f"seed-remote-{model}")
+        try:
+            r = ctr.run_worker(*worker_args(model, self.device), "--remote-cache", **self.local.client_env())
+        finally:
+            shutil.rmtree(ctr.root, ignore_errors=True)
+        self.seeds[model]["remote_cache"] = {"first_call_s": r["first_call_s"], **r["remote_cache"]}
+
     def run(self, model: str, contender: str) -> List[dict]:
         """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""
         ctr = self.fresh(f"{contender}-{model}")
@@ -184,6 +197,9 @@ class Bench:
                 if "skipped" in self.seeds[model]["kinds"][kind]:
                     return []
                 r = ctr.run_worker(*m, "--kind", kind, "--restore", **self.local.client_env())
+            elif contender == "cachesvc-remote":
+                self.seed_remote(model)
+                r = ctr.run_worker(*m, "--remote-cache", **self.local.client_env())
             else:
                 raise ValueError(contender)
             return [dict(r, contender=contender)]

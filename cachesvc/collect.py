@@ -24,7 +24,8 @@ offering them at once, but their rows, file lists and blobs stay.
 GC first deletes the rows of versions that no longer protect (expired
 pending ones, purged ones past the grace) and entries left without versions;
 every version left then protects, so a blob is collectable exactly when no
-``version_files`` row names it.
+``version_files`` row and no live remote-cache item names it (items idle for
+``REMOTE_CACHE_MAX_IDLE_DAYS`` are evicted first: ``cachesvc.remote_cache``).
 
 **Serialisation.** ``create_version``, ``commit_version`` and purge take the
 *store lock* (``store_lock``) first thing; GC takes it exclusively for each
@@ -52,7 +53,7 @@ from typing import Dict, Iterator, List, Optional
 from sqlalchemy import delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import Session, selectinload
 
-from . import index
+from . import index, remote_cache
 from .db import Database
 from .errors import InvalidRequest
 from .models import Blob, Entry, Event, Version, VersionFile, utcnow
@@ -226,7 +227,7 @@ def _drop_dead_versions(db: Database, settings: dict, now: dt.datetime) -> dict:
 
 
 def _unreferenced(digest_col):
-    return ~exists().where(VersionFile.digest == digest_col)
+    return ~exists().where(VersionFile.digest == digest_col) & ~remote_cache.referenced_by_items(digest_col)
 
 
 def _delete_objects(storage: Storage, items: List[tuple]) -> int:
@@ -288,13 +289,14 @@ def _sweep_orphans(db: Database, storage: Storage) -> dict:
 
 
 def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime] = None) -> dict:
-    """Collect garbage: dead version rows, empty entries, unreferenced blobs, orphan objects.
+    """Collect garbage: dead version rows, empty entries, idle remote-cache items, unreferenced blobs, orphans.
 
     Returns counts and ``bytes_freed`` (stored bytes of the blob rows deleted). Safe to run
     while publishes, restores, purges and other GCs run (see the module docstring).
     """
     now = now or utcnow()
     result = _drop_dead_versions(db, settings, now)
+    result.update(remote_cache.evict(db, settings, now))
     result.update(_collect_rows(db, storage))
     result.update(_sweep_orphans(db, storage))
     return result

@@ -34,6 +34,8 @@ SETTINGS: Dict[str, tuple] = {
     "FALLBACK_MAX_BYTES": (2 * 1024**3, int, "Most bytes a `shapes` fallback restore brings (the union of the most restored shapes of a key)."),
     "LRU_BUDGET_BYTES": (0, int, "Stored bytes the scheduled eviction keeps: least recently restored versions are purged beyond it, then GC runs; 0: off."),
     "GC_INTERVAL_SECONDS": (0, float, "Seconds between scheduled runs of that eviction (LRU_BUDGET_BYTES) and GC inside the service; 0: no scheduled runs."),
+    "REMOTE_CACHE_MAX_BYTES": (64 * 1024**2, int, "Largest value Inductor's live remote cache may store (PUT /api/v1/remote-cache); larger ones get 413 and stay in the process's local cache."),
+    "REMOTE_CACHE_MAX_IDLE_DAYS": (30.0, float, "GC evicts remote-cache items not read or written for this many days; 0 never evicts."),
 }
 
 

@@ -67,6 +67,8 @@ class Metrics:
         self.bytes_out = Counter("cachesvc_blob_bytes_out", "Blob bytes sent through the service, or handed "
                                  "out as presigned URLs in resolve answers", ["via"], registry=r)
         self.gc_runs = Counter("cachesvc_gc_run", "GC runs in this service", registry=r)
+        self.remote_cache = Counter("cachesvc_remote_cache_requests", "Inductor live remote-cache requests by "
+                                    "cache and result (hit, miss, put, too_large)", ["cache", "result"], registry=r)
 
     def install(self, app: Flask) -> None:
         app.before_request(self._start)

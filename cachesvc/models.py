@@ -162,3 +162,30 @@ class AuditRecord(Base):
     target: Mapped[str] = mapped_column(String(300), default="")
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     details: Mapped[Dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class RemoteCacheItem(Base):
+    """One value of Inductor's live remote cache (see ``cachesvc.remote_cache``): bytes in the blob store.
+
+    ``(cache, env_digest, key)`` names it: ``cache`` as the client names Inductor's cache (``fx-graph``,
+    ``autotune``, ...), ``env_digest`` the sha256 of the process's environment fingerprint (``env``
+    keeps the fields for display), ``key`` as Inductor gives it.
+    """
+
+    __tablename__ = "remote_cache_items"
+    __table_args__ = (
+        UniqueConstraint("cache", "env_digest", "key", name="uq_remote_cache_items_name"),
+        Index("ix_remote_cache_items_digest", "digest"),
+        Index("ix_remote_cache_items_last_used_at", "last_used_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cache: Mapped[str] = mapped_column(String(64))
+    env_digest: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(512))
+    env: Mapped[Dict[str, Any]] = mapped_column(JSON)
+    digest: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    last_used_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    hit_count: Mapped[int] = mapped_column(Integer, default=0)

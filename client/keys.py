@@ -168,3 +168,35 @@ def manifest_digest(files: Iterable[Mapping[str, Any]]) -> str:
     for row in sorted((f["root"], f["path"], f["sha256"], int(f.get("mode", 0o644)) & 0o777) for f in files):
         h.update(("%s\0%s\0%s\0%o\n" % row).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+# -- Inductor's live remote cache (cachesvc_client.remote_cache, cachesvc.remote_cache) ----------
+
+MAX_REMOTE_KEY = 512
+#: the caches cachesvc_client.remote_cache hooks; the service accepts any valid name but labels its metrics by these
+REMOTE_CACHES = ("fx-graph", "aot-autograd", "autotune", "bundled-autotune")
+_CACHE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_REMOTE_KEY_RE = re.compile(r"^[A-Za-z0-9._:=+-]{1,%d}$" % MAX_REMOTE_KEY)
+
+
+def check_cache_name(name: Any) -> str:
+    """A remote cache's name (``fx-graph``, ``autotune``): 1-64 of a-z, 0-9 and ``._-``."""
+    if not isinstance(name, str) or not _CACHE_NAME_RE.match(name):
+        raise InvalidKey(f"cache name {name!r} must be 1-64 characters of a-z, 0-9 and ._- (starting with a "
+                         f"letter or digit)")
+    return name
+
+
+def check_remote_key(key: Any) -> str:
+    """A remote-cache key: 1-512 characters of letters, digits and ``._:=+-`` (Inductor's keys fit)."""
+    if not isinstance(key, str) or not _REMOTE_KEY_RE.match(key):
+        shown = key[:80] + "..." if isinstance(key, str) and len(key) > 80 else key
+        raise InvalidKey(f"remote-cache key {shown!r} must be 1-{MAX_REMOTE_KEY} characters of letters, digits "
+                         f"and ._:=+-")
+    return key
+
+
+def env_digest(env: Mapping[str, str]) -> str:
+    """sha256 of the canonical environment fingerprint: the namespace of remote-cache items."""
+    text = json.dumps({f: env[f] for f in ENV_FIELDS}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -81,11 +81,44 @@ class Container:
 
     def run_worker(self, *args: str, timeout: float = 600, **extra_env: str) -> dict:
         """Run demo/worker.py in this container; return its RESULT dict (raises with its output on failure)."""
-        cmd = [sys.executable, str(REPO / "demo" / "worker.py"), *args]
-        proc = subprocess.run(cmd, env=self.env(**extra_env), capture_output=True, text=True, timeout=timeout)
-        for line in proc.stdout.splitlines():
+        proc = subprocess.run(self._worker_cmd(args), env=self.env(**extra_env), capture_output=True, text=True,
+                              timeout=timeout)
+        return _result(proc.returncode, proc.stdout, proc.stderr)
+
+    def start_worker(self, *args: str, **extra_env: str) -> subprocess.Popen:
+        """Start demo/worker.py with ``--linger`` in this container: ``read_result`` it, then ``stop_worker`` it."""
+        return subprocess.Popen(self._worker_cmd((*args, "--linger")), env=self.env(**extra_env), text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    @staticmethod
+    def read_result(proc: subprocess.Popen) -> dict:
+        """The RESULT of a started worker, read while it stays alive (raises with its output if it exits first)."""
+        seen = []
+        for line in proc.stdout:  # stdout and stderr together
             if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
-                result["stderr"] = proc.stderr[-4000:]
-                return result
-        raise RuntimeError(f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+                return _result(0, line, "".join(seen))
+            seen.append(line)
+        proc.wait()
+        return _result(proc.returncode, "".join(seen), "")
+
+    @staticmethod
+    def stop_worker(proc: subprocess.Popen, timeout: float = 60) -> int:
+        """Let a started worker exit (close its stdin) and return its exit status."""
+        proc.stdin.close()
+        try:
+            return proc.wait(timeout=timeout)
+        finally:
+            proc.stdout.close()
+
+    @staticmethod
+    def _worker_cmd(args) -> list:
+        return [sys.executable, str(REPO / "demo" / "worker.py"), *args]
+
+
+def _result(returncode: int, stdout: str, stderr: str) -> dict:
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+            result["stderr"] = stderr[-4000:]
+            return result
+    raise RuntimeError(f"worker failed ({returncode}):\n{stdout[-3000:]}\n{stderr[-6000:]}")

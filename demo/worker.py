@@ -79,6 +79,13 @@ def main() -> None:
     p.add_argument("--restore-hook", default=None, metavar="MODULE:FUNC",
                    help="call FUNC() instead of the cachesvc restore, before compiling, timed as restore_s "
                         "(benchmarks use it for the alternatives: Mega-Cache, a tarball, a copied cache dir)")
+    p.add_argument("--remote-cache", action="store_true",
+                   help="use the service as Inductor's live remote cache (cachesvc_client.enable_remote_cache) "
+                        "before compiling, timed as restore_s; its counters go under 'remote_cache'")
+    p.add_argument("--remote-caches", default=None, metavar="NAMES",
+                   help="with --remote-cache: which caches, comma-separated (default: the client's DEFAULT_CACHES)")
+    p.add_argument("--linger", action="store_true",
+                   help="after printing RESULT, stay alive until stdin closes (a long-running process)")
     p.add_argument("--after-hook", default=None, metavar="MODULE:FUNC",
                    help="call FUNC() after the first call (e.g. save Mega-Cache artifacts); "
                         "its dict goes under 'after'")
@@ -122,6 +129,14 @@ def main() -> None:
 
     out["torch_fixes"] = apply_torch_fixes()  # every run, the floor too: client/torch_fixes.py
     artifact = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"worker-{os.getpid()}-{FILENAMES.get(args.kind)}")
+    remote = None
+    if args.remote_cache:
+        from cachesvc_client import enable_remote_cache, remote_cache
+
+        caches = tuple(args.remote_caches.split(",")) if args.remote_caches else remote_cache.DEFAULT_CACHES
+        t = time.perf_counter()
+        remote = enable_remote_cache(args.url, caches=caches)
+        out["restore_s"] = out.get("restore_s", 0.0) + time.perf_counter() - t
     with torch.no_grad():
         expected = model(*inputs)
         t = time.perf_counter()
@@ -143,6 +158,12 @@ def main() -> None:
     out["cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if args.verify:
         out["verify"] = client.verify().to_dict()
+    if remote is not None:
+        from torch._inductor.remote_cache import cache_stats
+
+        out["remote_cache"] = {"enabled": sorted(remote.enabled), "local_only": remote.local_only,
+                               "stats": remote.stats(),
+                               "inductor": {name: vars(stat) for name, stat in cache_stats._stats.items()}}
     if args.after_hook:
         t = time.perf_counter()
         out["after"] = _hook(args.after_hook)() or {}
@@ -160,6 +181,8 @@ def main() -> None:
         out["publish_s"] = time.perf_counter() - t
     out["process_s"] = time.perf_counter() - T0
     print("RESULT " + json.dumps(out), flush=True)
+    if args.linger:
+        sys.stdin.read()
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ ROUTES = [
     ("GET", "/healthz", None),
     ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off
     ("GET", "/api/v1/openapi.json", None),
+    ("GET", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "read"),
+    ("PUT", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "write"),
 ]
 LOWER = {"write": "read", "admin": "write"}
 

@@ -55,6 +55,8 @@ OPERATIONS = [
     "GET /api/v1/admin/tokens",
     "POST /api/v1/admin/tokens",
     "DELETE /api/v1/admin/tokens/{ident}",
+    "GET /api/v1/remote-cache/{cache}/{key}",
+    "PUT /api/v1/remote-cache/{cache}/{key}",
 ]
 
 
@@ -66,8 +68,10 @@ def seeded(app):
     c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {app.config['TOKENS']['write']}"
     done = publish(c, {"a/b.py": b"code", "c": b"\x7fELF"}, key(tags={"mode": "default"}))
     pending = c.post("/api/v1/versions", json=publish_body({"d": b"not uploaded yet"})).json
+    c.put("/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::k:c1", query_string=key()["env"], data=b"{}")
     app.config["KNOWN"] = {"version_id": done["version"]["id"], "entry_id": done["version"]["entry_id"],
-                           "sha256": pending["upload"][0]["sha256"], "ident": "test-read"}
+                           "sha256": pending["upload"][0]["sha256"], "ident": "test-read",
+                           "cache": "fx-graph", "key": "pt2:fx-graph-v1::k:c1"}
     return app
 
 

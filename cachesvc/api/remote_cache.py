@@ -1,0 +1,84 @@
+"""Inductor's live remote cache over HTTP: GET and PUT a value by Inductor's own key.
+
+The environment fingerprint comes as query parameters (the six fields of a
+resolve), so items of another torch, device or Python never mix. The body of
+a PUT, and of a GET's answer, is the value's bytes.
+"""
+from __future__ import annotations
+
+from flask import Response, request
+from flask_smorest import Blueprint
+
+from cachesvc_client.keys import ENV_FIELDS, REMOTE_CACHES
+
+from .. import metrics, remote_cache
+from ..auth import requires
+from ..errors import NotFound, PayloadTooLarge, Unavailable
+from ..schemas import EnvSchema, ErrorSchema
+from ..storage import StorageError
+from . import services
+
+blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
+                description="Inductor's live remote cache (FX graphs, autotune results) by Inductor's key")
+
+_BINARY = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def _env(args: dict) -> dict:
+    return {f: args[f] for f in ENV_FIELDS}
+
+
+def _count(cache: str, result: str) -> None:
+    """Count a request; names outside ``REMOTE_CACHES`` share one label, so clients cannot grow the series."""
+    metrics.current().remote_cache.labels(cache if cache in REMOTE_CACHES else "other", result).inc()
+
+
+@blp.route("/<cache>/<key>", methods=["GET"])
+@requires("read")
+@blp.arguments(EnvSchema, location="query")
+@blp.response(200, description="The value's bytes", content_type="application/octet-stream")
+@blp.alt_response(404, schema=ErrorSchema, description="No value under this key for this environment (a miss)")
+def get(args, cache, key):
+    """The value Inductor stored under `key` in `cache` for this environment; 404 `not_found` is a miss."""
+    remote_cache.check_name(cache, key)
+    svc = services()
+    try:
+        with svc.db.session() as s:
+            value = remote_cache.get(s, svc.storage, cache, _env(args), key)
+    except StorageError as exc:
+        raise Unavailable(f"blob storage failed: {exc}") from None
+    if value is None:
+        _count(cache, "miss")
+        raise NotFound(f"remote cache {cache} has no value for key {key} in this environment")
+    _count(cache, "hit")
+    metrics.current().bytes_out.labels("service").inc(len(value))
+    return Response(value, mimetype="application/octet-stream")
+
+
+@blp.route("/<cache>/<key>", methods=["PUT"])
+@requires("write")
+@blp.arguments(EnvSchema, location="query")
+@blp.response(201)
+@blp.doc(requestBody={"required": True, **_BINARY})
+def put(args, cache, key):
+    """Store the body under `key` in `cache` for this environment (replacing an older value).
+
+    413 `payload_too_large` beyond `CACHESVC_REMOTE_CACHE_MAX_BYTES`.
+    """
+    remote_cache.check_name(cache, key)
+    svc = services()
+    limit = svc.settings["REMOTE_CACHE_MAX_BYTES"]
+    request.max_content_length = limit + 1  # not the JSON-body limit; read_body answers beyond ``limit``
+    try:
+        value = remote_cache.read_body(request, limit)
+    except PayloadTooLarge:
+        _count(cache, "too_large")
+        raise
+    try:
+        with svc.db.session() as s:
+            item = remote_cache.put(s, svc.storage, cache, _env(args), key, value)
+    except StorageError as exc:
+        raise Unavailable(f"blob storage failed: {exc}") from None
+    _count(cache, "put")
+    metrics.current().bytes_in.labels("service").inc(len(value))
+    return item

@@ -1,0 +1,317 @@
+"""cachesvc as Inductor's live remote cache (FX graphs, autotune results).
+
+    import cachesvc_client
+    cachesvc_client.enable_remote_cache()       # CACHESVC_URL, CACHESVC_TOKEN
+    ... torch.compile(model)(x) ...             # a new shape: asks the fleet first
+
+After this, every compile in the process asks cachesvc for the FX graph (and,
+on GPU, the autotune result) before building it, and puts what it built, so a
+process that compiles a shape mid-run finds it if any process of the fleet
+compiled it before, with no restart and no restore.
+
+**The hook.** Inductor picks its remote cache by class name
+(``torch._inductor.remote_cache.create_cache(..., "RemoteFxGraphCache")``)
+and has no registration API. Its ``RemoteCache`` classes do have one seam
+meant for swapping the backend: the class attribute ``backend_override_cls``,
+a zero-argument callable returning the byte-level backend, which
+``RedisRemoteCache.__init__`` honours before it would touch Redis (torch's
+own ``torch._inductor.mock_cache.PatchCaches`` uses it). We set it on
+``RemoteFxGraphCache``, ``RemoteAOTAutogradCache`` and ``RemoteAutotuneCache``
+(``RemoteBundledAutotuneCache`` on request: see ``DEFAULT_CACHES``) and
+switch the matching config flags on. All
+else stays Inductor's: when to look up, the key (``pt2:<cache id>::<key>:c1``)
+and the JSON serde, so the bytes we move are the ones Redis would hold. We
+take no private function and replace no class, so a torch that reshuffles its
+internals but keeps the seam keeps working. ``check_hook`` feature-detects
+every piece per cache; a missing one is logged once and that cache stays
+local-only (``tests/client/test_remote_cache.py`` pins the hook on the
+installed torch: 2.13 here, 2.11 on the GPU machine).
+
+**The layer.** The backend layer, bytes in and out: Inductor's serde turns
+its dict into JSON bytes; the service stores them as an opaque blob.
+
+**Never fails the process.** Every request has a short timeout and no
+retry; any error is logged (once per kind) and answered as a miss (GET) or
+dropped (PUT). After a failure the backend stays quiet for ``cooldown``
+seconds, so a service that is down costs one timeout per cooldown, not one
+per compile. A 403 on PUT (a read-only token) stops puts and keeps reads.
+
+In the compile worker processes Inductor starts for GPU kernels the hook is
+not set; the autotune cache those workers create is rebuilt in this process
+(Inductor pickles only its key), which works when the ``redis`` package is
+importable there (Inductor builds a lazy Redis client that is never used).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import threading
+import time
+from typing import Dict, Optional, Tuple
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from . import __version__, keys
+from .fingerprint import environment
+
+log = logging.getLogger("cachesvc_client.remote_cache")
+
+#: our cache name -> (class in torch._inductor.remote_cache, config module, config flag that switches it on)
+CACHES: Dict[str, Tuple[str, str, str]] = {
+    "fx-graph": ("RemoteFxGraphCache", "torch._inductor.config", "fx_graph_remote_cache"),
+    "autotune": ("RemoteAutotuneCache", "torch._inductor.config", "autotune_remote_cache"),
+    "bundled-autotune": ("RemoteBundledAutotuneCache", "torch._inductor.config", "bundled_autotune_remote_cache"),
+    "aot-autograd": ("RemoteAOTAutogradCache", "torch._functorch.config", "enable_remote_autograd_cache"),
+}
+#: bundled-autotune is opt-in: switched on, Inductor 2.13 asserts in AutotuneCacheBundler.begin_compile for a
+#: graph without Triton kernels (a CPU graph has no backend hash), so the compile itself fails
+DEFAULT_CACHES = ("fx-graph", "aot-autograd", "autotune")
+_REMOTE_CACHE_MODULE = "torch._inductor.remote_cache"
+
+
+@dataclasses.dataclass
+class BackendStats:
+    hits: int = 0
+    misses: int = 0
+    puts: int = 0
+    errors: int = 0
+    skipped: int = 0  # calls not made during a cooldown, or puts after a 403
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class HTTPBackend:
+    """Inductor's byte-level remote-cache backend (``get(key) -> bytes | None``, ``put(key, bytes)``) over HTTP.
+
+    Thread-safe. Never raises from ``get`` or ``put``.
+    """
+
+    def __init__(self, url: str, cache: str, env: Dict[str, str], token: Optional[str] = None,
+                 timeout: float = 5.0, cooldown: float = 30.0, session: Optional[requests.Session] = None):
+        self.base = f"{url.rstrip('/')}/api/v1/remote-cache/{keys.check_cache_name(cache)}/"
+        self.cache = cache
+        self.params = keys.check_env(env)
+        self.timeout = (min(2.0, timeout), timeout)  # (connect, read)
+        self.cooldown = cooldown
+        self.session = session or new_session(token)
+        self.stats = BackendStats()
+        self._quiet_until = 0.0
+        self._can_put = True
+        self._warned: set = set()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def wire_key(key: str) -> str:
+        """Inductor's key as sent: unchanged when it fits the service's rules, else its sha256 (same on every host)."""
+        try:
+            return keys.check_remote_key(key)
+        except keys.InvalidKey:
+            return "sha256-" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def get(self, key: str) -> Optional[bytes]:
+        if self._quiet():
+            return None
+        try:
+            resp = self.session.get(self.base + self.wire_key(key), params=self.params, timeout=self.timeout)
+        except requests.RequestException as exc:
+            return self._failed("get", f"{type(exc).__name__}: {exc}")
+        if resp.status_code == 200 and resp.headers.get("Content-Type", "").startswith("application/octet-stream"):
+            self.stats.hits += 1
+            return resp.content
+        if resp.status_code == 404:
+            self.stats.misses += 1
+            return None
+        return self._failed("get", _problem(resp))
+
+    def put(self, key: str, data: bytes) -> None:
+        if not self._can_put or self._quiet():
+            return None
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        try:
+            resp = self.session.put(self.base + self.wire_key(key), params=self.params, data=data,
+                                    headers={"Content-Type": "application/octet-stream"}, timeout=self.timeout)
+        except requests.RequestException as exc:
+            return self._failed("put", f"{type(exc).__name__}: {exc}")
+        if resp.status_code == 201:
+            self.stats.puts += 1
+        elif resp.status_code == 413:  # too large for the service: it stays in the local cache
+            self._warn_once("413", "cachesvc remote cache %s: a value of %d bytes is over the service's limit; "
+                            "such values stay local", self.cache, len(data))
+        elif resp.status_code == 403:
+            self._can_put = False
+            self._warn_once("403", "cachesvc remote cache %s: the token may read but not write (%s); this "
+                            "process reads from the remote cache and stops putting", self.cache, _problem(resp))
+        else:
+            self._failed("put", _problem(resp))
+        return None
+
+    # -- failure handling -------------------------------------------------------------------
+    def _quiet(self) -> bool:
+        if time.monotonic() < self._quiet_until:
+            with self._lock:
+                self.stats.skipped += 1
+            return True
+        return False
+
+    def _failed(self, op: str, problem: str) -> None:
+        with self._lock:
+            self.stats.errors += 1
+            self._quiet_until = time.monotonic() + self.cooldown
+        self._warn_once(op, "cachesvc remote cache %s: %s failed (%s); treated as a miss, compiling locally; "
+                        "next try in %.0f s", self.cache, op, problem, self.cooldown)
+        return None
+
+    def _warn_once(self, kind: str, msg: str, *args) -> None:
+        with self._lock:
+            first = kind not in self._warned
+            self._warned.add(kind)
+        log.log(logging.WARNING if first else logging.DEBUG, msg, *args)
+
+
+def _problem(resp: requests.Response) -> str:
+    try:
+        err = resp.json()["error"]
+        return f"{resp.status_code} {err['code']}: {err['message']}"
+    except Exception:  # not our JSON: a proxy, a wrong URL
+        return f"{resp.status_code} {resp.text[:200]!r}"
+
+
+def new_session(token: Optional[str]) -> requests.Session:
+    session = requests.Session()
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.headers["User-Agent"] = f"cachesvc-client/{__version__}"
+    if token:
+        session.headers["Authorization"] = f"Bearer {token}"
+    return session
+
+
+# -- the hook -------------------------------------------------------------------------------
+
+def check_hook(cache: str) -> Optional[str]:
+    """Why the installed torch cannot take our backend for ``cache`` (None: it can)."""
+    import importlib
+
+    cls_name, config_module, flag = CACHES[cache]
+    try:
+        module = importlib.import_module(_REMOTE_CACHE_MODULE)
+        config = importlib.import_module(config_module)
+    except Exception as exc:  # torch missing or broken: never fail the process
+        return f"cannot import {_REMOTE_CACHE_MODULE} or {config_module}: {type(exc).__name__}: {exc}"
+    cls = getattr(module, cls_name, None)
+    base = getattr(module, "RemoteCache", None)
+    if not isinstance(cls, type) or not isinstance(base, type) or not issubclass(cls, base):
+        return f"{_REMOTE_CACHE_MODULE}.{cls_name} is not a RemoteCache class in this torch"
+    if not hasattr(cls, "backend_override_cls"):
+        return f"{_REMOTE_CACHE_MODULE}.{cls_name} has no backend_override_cls in this torch"
+    if not callable(getattr(module, "create_cache", None)):
+        return f"{_REMOTE_CACHE_MODULE}.create_cache is missing in this torch"
+    if not hasattr(config, flag):
+        return f"{config_module}.{flag} is missing in this torch"
+    return None
+
+
+@dataclasses.dataclass
+class RemoteCacheStatus:
+    """What ``enable_remote_cache`` did: the caches now remote, and why the others stay local."""
+
+    enabled: Dict[str, HTTPBackend] = dataclasses.field(default_factory=dict)
+    local_only: Dict[str, str] = dataclasses.field(default_factory=dict)  # cache -> reason
+
+    def stats(self) -> Dict[str, dict]:
+        return {name: backend.stats.to_dict() for name, backend in self.enabled.items()}
+
+
+_saved: Dict[str, tuple] = {}  # cache -> (class, previous override, config module, flag, previous flag value)
+_hook_lock = threading.Lock()
+
+
+def _backend_factory(backend: HTTPBackend):
+    def factory() -> HTTPBackend:  # Inductor calls it with no argument, once per cache object it makes
+        return backend
+    return factory
+
+
+def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, *,
+                        caches: Tuple[str, ...] = DEFAULT_CACHES, timeout: float = 5.0, cooldown: float = 30.0,
+                        env: Optional[Dict[str, str]] = None) -> RemoteCacheStatus:
+    """Make Inductor use cachesvc as its remote FX-graph and autotune cache in this process.
+
+    Args:
+        url: the service, default ``$CACHESVC_URL``. token: default ``$CACHESVC_TOKEN`` (read scope reads,
+            write scope also puts).
+        caches: which of ``CACHES`` to hook. timeout: seconds per request. cooldown: seconds without
+            requests after a failure.
+        env: the environment fingerprint naming the namespace, default ``environment()``.
+
+    Returns a RemoteCacheStatus. Never raises for a missing hook, a missing URL, a bad fingerprint or an
+    unreachable service: it logs a warning and leaves those caches local-only. Call it before the first
+    compile (Inductor makes its AOTAutograd remote cache once per process).
+    Raises ValueError only for a cache name not in ``CACHES`` (a programming error).
+    """
+    unknown = [c for c in caches if c not in CACHES]
+    if unknown:
+        raise ValueError(f"unknown cache(s) {unknown}; known: {', '.join(CACHES)}")
+    status = RemoteCacheStatus()
+    url = url or os.environ.get("CACHESVC_URL", "")
+    token = token or os.environ.get("CACHESVC_TOKEN") or None
+    reason = "no service URL: pass url= or set CACHESVC_URL" if not url else None
+    if reason is None:
+        try:
+            env = keys.check_env(env if env is not None else environment())
+        except keys.InvalidKey as exc:
+            reason = f"bad environment fingerprint ({exc}): fix CACHESVC_ENV_* or env="
+    if reason is not None:
+        status.local_only = dict.fromkeys(caches, reason)
+        log.warning("cachesvc remote cache not enabled: %s", reason)
+        return status
+    session = new_session(token)
+    with _hook_lock:
+        for cache in caches:
+            problem = check_hook(cache)
+            if problem is None:
+                try:
+                    backend = HTTPBackend(url, cache, env, token, timeout=timeout, cooldown=cooldown,
+                                          session=session)
+                    _install(cache, backend)
+                    status.enabled[cache] = backend
+                except Exception as exc:  # a torch that refuses the attribute or the flag: never fail
+                    problem = f"hooking failed: {type(exc).__name__}: {exc}"
+            if problem is not None:
+                status.local_only[cache] = problem
+                log.warning("cachesvc remote cache %s stays local-only: %s", cache, problem)
+    if status.enabled:
+        log.info("cachesvc remote cache on for %s at %s", ", ".join(status.enabled), url)
+    return status
+
+
+def _install(cache: str, backend: HTTPBackend) -> None:
+    """Point Inductor's class for ``cache`` at ``backend`` and switch its flag on (the first state is saved)."""
+    import importlib
+
+    cls_name, config_module, flag = CACHES[cache]
+    cls = getattr(importlib.import_module(_REMOTE_CACHE_MODULE), cls_name)
+    config = importlib.import_module(config_module)
+    if cache not in _saved:
+        _saved[cache] = (cls, cls.__dict__.get("backend_override_cls"), config, flag, getattr(config, flag))
+    cls.backend_override_cls = _backend_factory(backend)
+    setattr(config, flag, True)
+
+
+def disable_remote_cache() -> None:
+    """Undo ``enable_remote_cache``: Inductor's classes and config flags as they were."""
+    with _hook_lock:
+        for cls, override, config, flag, value in _saved.values():
+            if override is None:
+                if "backend_override_cls" in cls.__dict__:
+                    delattr(cls, "backend_override_cls")
+            else:
+                cls.backend_override_cls = override
+            setattr(config, flag, value)
+        _saved.clear()

@@ -101,6 +101,8 @@ class ResolveArgs(Schema):
                                                              "name)"})
     fallback_max_bytes = fields.Integer(validate=validate.Range(0, 2**62), metadata={
         "description": "byte budget of the `shapes` step; default CACHESVC_FALLBACK_MAX_BYTES"})
+    kind = fields.String(load_default=keys.DEFAULT_KIND, validate=validate.OneOf(keys.KINDS),
+                         metadata={"description": "the version kind wanted: " + ", ".join(keys.KINDS)})
 
 
 class VerdictSchema(Schema):
@@ -110,8 +112,6 @@ class VerdictSchema(Schema):
     verdict = fields.String(required=True, validate=validate.OneOf(["paid_off", "partial", "no_hits"]))
     fallback = fields.String(load_default="", validate=validate.OneOf(("",) + FALLBACK_STEPS),
                              metadata={"description": "the fallback step of the restore; empty: the exact key"})
-    kind = fields.String(load_default=keys.DEFAULT_KIND, validate=validate.OneOf(keys.KINDS),
-                         metadata={"description": "the version kind wanted: " + ", ".join(keys.KINDS)})
 
 
 SORTS = ("newest", "largest", "most_restored", "last_restored")

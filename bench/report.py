@@ -131,6 +131,23 @@ def chart_transfer(doc: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def gpu_section() -> List[str]:
+    """The H200 rows (issue 6): copied from docs/gpu.md, where the device runs are written up."""
+    gpu = Path(__file__).resolve().parent.parent / "docs" / "gpu.md"
+    text = gpu.read_text() if gpu.exists() else ""
+    start = text.find("## Benchmark rows")
+    if start < 0:
+        return []
+    body = text[start:].split("\n", 1)[1]
+    end = body.find("\n## ")
+    body = body if end < 0 else body[:end]
+    return ["## 7. On the GPU (NVIDIA H200, torch 2.11, Triton 3.6)", "",
+            "Run through the device tool, not by run_all.py (no GPU here); copied from "
+            "[gpu.md](gpu.md), which also has the end-to-end runs for every model and mode "
+            "(cold, floor, restored and relocated), the autotuning fix and the ranks.", "",
+            body.strip(), ""]
+
+
 def render(doc: dict, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     m = doc["machine"]
@@ -249,6 +266,7 @@ def render(doc: dict, out_dir: Path) -> Path:
                             "max s"],
                            [[r["scenario"], r["restores"], r["errors"], f(r["wall_s"]), f(r["restores_per_s"], 1),
                              f(r["p50_s"]), f(r["p90_s"]), f(r["p99_s"]), f(r["max_s"])] for r in ld["rows"]]), ""]
+    parts += gpu_section()
     if tg:
         parts += ["## Closing note", "",
                   "Measured against the targets of issue 4:", ""]

@@ -262,13 +262,17 @@ def artifact_dir(cache_dir: str, kind: str, version_id: int) -> str:
 
 
 def fetch(api: ServiceAPI, key: dict, kind: str, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
-          stall_timeout: float = 30.0, lock_timeout: float = 600.0) -> RestoreReport:
+          stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
     """Fetch the newest version of ``kind`` for ``key`` into ``artifact_dir``; the report lists the files.
+
+    ``budget``: seconds the whole fetch may take, as for ``restore.restore``.
 
     Raises CacheClientError subclasses on service or storage trouble (CacheClient.restore turns them
     into a miss unless strict).
     """
     start = time.monotonic()
+    deadline = None if budget is None else start + budget
+    lock_timeout = 600.0 if budget is None else budget
     report = RestoreReport(hit=False, name=key["name"], shape=key["shape"], kind=kind)
     answer = api.resolve(key, deadline=start + timeout, kind=kind)
     if not answer.get("hit"):
@@ -285,7 +289,7 @@ def fetch(api: ServiceAPI, key: dict, kind: str, cache_dir: str, *, workers: int
     report.roots = {ROLE: dest}
     try:
         with FileLock(f"{dest}.lock", timeout=lock_timeout):
-            _fetch_all(api, report, files, answer["blobs"], local, dest, workers, stall_timeout)
+            _fetch_all(api, report, files, answer["blobs"], local, dest, workers, stall_timeout, deadline)
     except Timeout:
         raise ServiceUnavailable(f"another process held {dest}.lock for {lock_timeout:.0f} s") from None
     mine = [os.path.join(dest, f["path"]) for f in files if f["root"] == ROLE]

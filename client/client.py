@@ -110,7 +110,7 @@ class CacheClient:
                                   fallback_max_bytes=fallback_max_bytes)
             else:
                 report = artifacts.fetch(self.api, key, kind, self.cache_dir, workers=self.workers,
-                                         timeout=self.timeout, stall_timeout=self.stall_timeout)
+                                         timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget)
             if load and report.hit:
                 self._use_cache_dir()
                 report.loaded = artifacts.load_mega_cache(report.artifacts[0])

@@ -61,10 +61,14 @@ def make_files(root: Path, sizes: Dict[str, int]) -> Dict[str, bytes]:
     return files
 
 
-def publish_files(url: str, token: str, src: Path, name: str = NAME, **kw):
-    """Publish everything under ``src`` as the ``inductor`` root of key (name, SHAPE, ENV)."""
+def publish_files(url: str, token: str, src: Path, name: str = NAME, merge: bool = False, **kw):
+    """Publish everything under ``src`` as the ``inductor`` root of key (name, SHAPE, ENV).
+
+    Without merge by default: each version is exactly its publisher's snapshot, so a test can tell
+    which publisher's files a version holds (merged publishes under concurrency are
+    tests/service/test_admission_merge_verdicts.py's)."""
     client = CacheClient(url, token, cache_dir=str(src), timeout=kw.pop("timeout", 30), **kw)
-    return client.publish(name, SHAPE, env=ENV, roots={"inductor": str(src)})
+    return client.publish(name, SHAPE, env=ENV, roots={"inductor": str(src)}, merge=merge)
 
 
 def restore_cli(url: str, env: Dict[str, str], *args: str, name: str = NAME, timeout: float = 120):

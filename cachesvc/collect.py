@@ -299,4 +299,7 @@ def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime
     result.update(remote_cache.evict(db, settings, now))
     result.update(_collect_rows(db, storage))
     result.update(_sweep_orphans(db, storage))
+    sweep_incoming = getattr(storage, "sweep_incoming", None)  # local backend: uploads cut off mid-body
+    lease = settings["UPLOAD_LEASE_SECONDS"] + LEASE_MARGIN.total_seconds()
+    result["incoming_deleted"] = sweep_incoming(lease - (now - utcnow()).total_seconds()) if sweep_incoming else 0
     return result

@@ -212,7 +212,8 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
     deadline = None if budget is None else start + budget
     lock_timeout = 600.0 if budget is None else budget
     report = RestoreReport(hit=False, name=key["name"], shape=key["shape"], started_at=time.time())
-    answer = api.resolve(key, deadline=start + timeout, fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes)
+    answer = api.resolve(key, deadline=min(start + timeout, deadline or float("inf")), fallbacks=fallbacks,
+                         fallback_max_bytes=fallback_max_bytes)
     if not answer.get("hit"):
         report.reason = answer.get("reason", "no match")
         report.nearest = answer.get("nearest", [])
@@ -318,7 +319,7 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
 
             try:
                 tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
-                                        os.path.dirname(targets[0][0]), stall_timeout, count, deadline)
+                                        os.path.dirname(targets[0][0]), stall_timeout, count, cutoff)
                 for t, _mode in targets[1:]:
                     os.makedirs(os.path.dirname(t), exist_ok=True)
                 _place(tmp, targets)
@@ -334,7 +335,7 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
         return problem
 
     nfiles = sum(len(t) for t in wanted.values())
-    with Progress(f"restore {report.name}", nfiles, total, log) as progress:
+    with Progress(f"restore {report.name}", nfiles, total, log) as progress, transfer.Cutoff(deadline) as cutoff:
         # Largest first: a restore's critical path is its biggest blob (a 150 MB
         # precompiled header on CPU); started at once, the small ones fill the
         # other workers around it instead of delaying it.

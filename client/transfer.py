@@ -174,22 +174,68 @@ class _ErrorView:
         return json.loads(self._body)
 
 
+class Cutoff:
+    """Ends every transfer still running at ``deadline`` (``time.monotonic()``; None: never): a
+    server that trickles bytes never trips a read timeout, and must not hold a container start.
+
+    One timer for a whole restore (a timer per blob cost ~0.3 ms each, as much as a small GET):
+    at the deadline it shuts down the sockets of the responses registered with it, under the
+    threads reading them. Thread-safe; a context manager (the timer stops on the way out).
+    """
+
+    def __init__(self, deadline: Optional[float]):
+        self.deadline = deadline
+        self._live: set = set()
+        self._lock = threading.Lock()
+        self._fired = False
+        self._timer = None
+        if deadline is not None:
+            self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def __enter__(self) -> "Cutoff":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._fired = True
+            live = list(self._live)
+        for resp in live:
+            resp.shutdown()
+
+    def add(self, resp) -> None:
+        with self._lock:
+            self._live.add(resp)
+            fired = self._fired
+        if fired:
+            resp.shutdown()
+
+    def discard(self, resp) -> None:
+        with self._lock:
+            self._live.discard(resp)
+
+
 def download(url: str, headers: dict, encoding: str, digest: str, size: int, dest_dir: str, stall_timeout: float,
-             on_bytes: Callable[[int], None], deadline: Optional[float] = None) -> str:
+             on_bytes: Callable[[int], None], cutoff: Optional[Cutoff] = None) -> str:
     """Fetch a blob into a new temp file in ``dest_dir`` and return its path.
 
     Raises IntegrityError when the decoded bytes do not hash to ``digest``,
     ServiceUnavailable when the transfer fails, stalls for ``stall_timeout``
-    or is still running at ``deadline`` (``time.monotonic()``; a trickle that
-    never stalls must not hold a container start), another CacheClientError
-    for an error answer. The temp file is removed on any failure.
+    or is still running at ``cutoff.deadline``, another CacheClientError for
+    an error answer. The temp file is removed on any failure.
     """
+    deadline = cutoff.deadline if cutoff is not None else None  # for the messages
     fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".cachesvc-{os.getpid()}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             sink = _HashingWriter(out, threaded=size >= PIPELINE_MIN)
             try:
-                _fetch_into(sink, url, headers, encoding, digest, stall_timeout, on_bytes, deadline)
+                _fetch_into(sink, url, headers, encoding, digest, stall_timeout, on_bytes, cutoff)
             finally:
                 sink.close()
         written, got = sink.written, sink.sha.hexdigest()
@@ -230,18 +276,16 @@ def _check_deadline(deadline: Optional[float], digest: str) -> None:
 
 
 def _fetch_into(sink: "_HashingWriter", url: str, headers: dict, encoding: str, digest: str, stall_timeout: float,
-                on_bytes: Callable[[int], None], deadline: Optional[float] = None) -> None:
-    resp = watchdog = None
+                on_bytes: Callable[[int], None], cutoff: Optional[Cutoff] = None) -> None:
+    resp = None
     try:
-        wait = stall_timeout if deadline is None else max(0.05, min(stall_timeout, deadline - time.monotonic()))
+        wait = stall_timeout
+        if cutoff is not None and cutoff.deadline is not None:
+            wait = max(0.05, min(stall_timeout, cutoff.deadline - time.monotonic()))
         resp = _pool(url).request("GET", url, headers=headers, preload_content=False, retries=False,
                                timeout=urllib3.Timeout(connect=min(10.0, wait), read=wait))
-        if deadline is not None:
-            # A server that trickles bytes never trips the read timeout: at the deadline the
-            # socket is shut down under the reading thread, which download() reports as such.
-            watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), resp.shutdown)
-            watchdog.daemon = True
-            watchdog.start()
+        if cutoff is not None and cutoff.deadline is not None:
+            cutoff.add(resp)  # shut down at the deadline; download() reports why
         if resp.status >= 400:
             raise_for_response(_ErrorView("GET", url, resp.status, resp.reason, resp.read(65536)))
         if sink._lanes:
@@ -261,8 +305,8 @@ def _fetch_into(sink: "_HashingWriter", url: str, headers: dict, encoding: str, 
     except zstandard.ZstdError as exc:
         raise IntegrityError(f"blob {digest[:12]}: bad zstd data: {exc}") from None
     finally:
-        if watchdog is not None:
-            watchdog.cancel()
+        if cutoff is not None and resp is not None:
+            cutoff.discard(resp)
         if resp is not None:
             resp.close()  # an error mid-body: this connection must not be reused
 

@@ -5,6 +5,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
 
@@ -79,6 +80,20 @@ class LocalStorage(Storage):
             pass
         except OSError as exc:
             raise StorageError(f"cannot delete {key}: {exc}") from None
+
+    def sweep_incoming(self, older_than: float) -> int:
+        """Remove uploads left half-received in ``.incoming`` (a service killed mid-upload) that are
+        older than ``older_than`` seconds; return how many. GC calls it with the upload lease."""
+        removed = 0
+        cutoff = time.time() - older_than
+        for entry in os.scandir(self.temp_dir()):
+            try:
+                if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except OSError:
+                pass  # gone already, or taken by a concurrent sweep
+        return removed
 
     def iter_keys(self, prefix: str = "") -> Iterator[str]:
         for dirpath, dirnames, filenames in os.walk(self.root):

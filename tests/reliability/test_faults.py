@@ -158,8 +158,8 @@ def test_fault_service_killed_mid_publish_leaves_no_partial_version_and_gc_recla
     assert publisher.returncode != 0, "the publish cannot have completed"
     assert "ServiceUnavailable" in err, err[-2000:]
 
-    settings = config.load({"DATABASE_URL": postgres_url, "STORAGE_URL": (svc.data_dir / "blobs").as_uri()},
-                           environ={})
+    settings = config.load({"DATABASE_URL": postgres_url, "STORAGE_URL": (svc.data_dir / "blobs").as_uri(),
+                            "UPLOAD_LEASE_SECONDS": 2}, environ={})
     index, storage = cachesvc_db.Database(postgres_url), from_url(settings["STORAGE_URL"], settings)
     try:
         assert _states(index) == ["pending"], "no partial version became visible"
@@ -171,13 +171,18 @@ def test_fault_service_killed_mid_publish_leaves_no_partial_version_and_gc_recla
                                 headers={"Authorization": f"Bearer {svc2.token}"}, timeout=10)
         assert resolved.status_code == 200 and resolved.json()["hit"] is False
 
+        # A body the killed service was receiving stays in .incoming (planted here: where the kill
+        # lands is timing); GC removes it with the orphans.
+        cut_off = svc.data_dir / "blobs" / ".incoming" / ".upload-killed"
+        cut_off.write_bytes(b"half a blob")
         # Within the lease GC keeps the orphans (the publish could still be uploading)...
         assert collect.gc(index, storage, settings)["blobs_deleted"] == 0
-        assert len(list(storage.iter_keys("v1/blobs/"))) == len(stored)
+        assert len(list(storage.iter_keys("v1/blobs/"))) == len(stored) and cut_off.exists()
         # ...and reclaims them once the lease (and its clock-skew margin) has run out.
         later = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) + collect.LEASE_MARGIN + dt.timedelta(seconds=5)
         result = collect.gc(index, storage, settings, now=later)
-        assert result["versions_deleted"] == 1, result
+        assert result["versions_deleted"] == 1 and result["incoming_deleted"] == 1, result
+        assert not cut_off.exists()
         assert list(storage.iter_keys("v1/blobs/")) == [] and _states(index) == []
         with index.session() as s:
             assert s.scalar(select(func.count()).select_from(Blob)) == 0

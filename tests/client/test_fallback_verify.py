@@ -174,3 +174,18 @@ def test_verify_without_a_restore_or_a_compile_reports_nothing(live_server, tmp_
     assert client.restore(NAME, "none", env=ENV).hit is False
     verdict = client.verify()
     assert verdict.verdict == "nothing_restored" and not verdict.reported
+
+
+@LOCAL
+def test_verify_at_exit_logs_the_verdict_when_the_process_ends(live_server, tmp_path, monkeypatch):
+    publish_files(live_server, monkeypatch, tmp_path / "a", "s", {"fxgraph/g": b"g"})
+    b = enter_container(monkeypatch, tmp_path / "b")
+    code = ("import logging, sys\nfrom cachesvc_client import CacheClient\nfrom tests.helpers import ENV\n"
+            "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+            "r = CacheClient(sys.argv[1], timeout=10).restore('mlp', 's', env=ENV, verify_at_exit=True)\n"
+            "assert r.hit\n")
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TORCHINDUCTOR_CACHE_DIR": str(b / "cache")}
+    out = subprocess.run([sys.executable, "-c", code, live_server.url], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "verify mlp [s]: not_compiled" in out.stderr, out.stderr  # restored, but nothing compiled before exit

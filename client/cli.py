@@ -14,6 +14,7 @@ import click
 from .client import CacheClient
 from .errors import CacheClientError
 from .fingerprint import environment
+from .keys import DEFAULT_KIND, KINDS
 
 
 def _tags(values):
@@ -58,12 +59,15 @@ def main():
 @_common
 @click.option("--stall-timeout", default=30.0, show_default=True, help="Seconds a transfer may stall.")
 @click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error.")
-def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, strict):
+@click.option("--kind", type=click.Choice(KINDS), default=DEFAULT_KIND, show_default=True,
+              help="Version kind. Other kinds than the snapshot are one file, fetched under "
+                   "<cache dir>/.cachesvc/artifacts/ (the report's 'artifacts'); the app loads it.")
+def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, strict, kind):
     """Fetch the newest matching version into the cache dir."""
     _setup_logging(quiet)
     client = CacheClient(url, token, cache_dir, timeout=timeout, stall_timeout=stall_timeout)
     try:
-        report = client.restore(name, shape, _tags(tags), strict=strict)
+        report = client.restore(name, shape, _tags(tags), strict=strict, kind=kind)
     except CacheClientError as exc:
         click.echo(f"cachesvc-client: restore failed: {exc.message}", err=True)
         sys.exit(1)

@@ -14,6 +14,7 @@ import click
 from .client import CacheClient
 from .errors import CacheClientError
 from .fingerprint import environment
+from .keys import DEFAULT_KIND, KINDS
 
 
 def _tags(values):
@@ -63,8 +64,11 @@ def main():
               help="Comma-separated steps tried in order when the exact key has no version: shape (same key, any "
                    "shape), shapes (the most restored shapes, unioned), name (same environment, any name).")
 @click.option("--fallback-max-bytes", type=int, default=None, help="Byte budget of the shapes step.")
+@click.option("--kind", type=click.Choice(KINDS), default=DEFAULT_KIND, show_default=True,
+              help="Version kind. Other kinds than the snapshot are one file, fetched under "
+                   "<cache dir>/.cachesvc/artifacts/ (the report's 'artifacts'); the app loads it.")
 def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, budget, strict, fallbacks,
-            fallback_max_bytes):
+            fallback_max_bytes, kind):
     """Fetch the newest matching version into the cache dir. A miss names the nearest entries and the
     key fields that differ."""
     _setup_logging(quiet)
@@ -72,7 +76,7 @@ def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, s
     steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
     try:
         report = client.restore(name, shape, _tags(tags), strict=strict, fallbacks=steps,
-                                fallback_max_bytes=fallback_max_bytes)
+                                fallback_max_bytes=fallback_max_bytes, kind=kind)
     except (CacheClientError, OSError) as exc:
         click.echo(f"cachesvc-client: restore failed: {getattr(exc, 'message', None) or exc}", err=True)
         sys.exit(1)

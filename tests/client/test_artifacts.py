@@ -4,7 +4,10 @@ The real torch.compile round trips of every kind are in tests/e2e/test_artifact_
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +54,14 @@ def test_a_precompiled_file_travels_with_its_metadata_and_only_resolves_by_its_k
     assert got.meta["torch"] == torch.__version__ and got.meta["device"] == "cpu"
     assert "aot-function hit" in got.summary()
     assert not fresh.restore(NAME, SHAPE, env=ENV, kind="pt2-package").hit
+    enter_container(monkeypatch, tmp_path / "c")  # an init container fetches it with the CLI
+    env = dict(os.environ, **{f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()})
+    out = subprocess.run([sys.executable, "-m", "cachesvc_client.cli", "restore", "--name", NAME, "--shape", SHAPE,
+                          "--kind", "aot-function", "--url", live_server.url, "--json"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    [cli_path] = json.loads(out.stdout)["artifacts"]
+    assert cli_path.startswith(str(tmp_path / "c")) and Path(cli_path).read_bytes() == made.read_bytes()
     with pytest.raises(ValueError, match="load_precompiled"):
         fresh.restore(NAME, SHAPE, env=ENV, kind="aot-function", load=True)
     with pytest.raises(ValueError, match="kind must be one of"):

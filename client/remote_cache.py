@@ -24,11 +24,19 @@ and the JSON serde, so the bytes we move are the ones Redis would hold. We
 take no private function and replace no class, so a torch that reshuffles its
 internals but keeps the seam keeps working. ``check_hook`` feature-detects
 every piece per cache; a missing one is logged once and that cache stays
-local-only (``tests/client/test_remote_cache.py`` pins the hook on the
+local-only (``tests/client/test_remote_cache_hook.py`` pins the hook on the
 installed torch: 2.13 here, 2.11 on the GPU machine).
 
-**The layer.** The backend layer, bytes in and out: Inductor's serde turns
-its dict into JSON bytes; the service stores them as an opaque blob.
+**The layer.** The backend layer, bytes in and out (not the ``RemoteCache``
+layer of JSON-able dicts): the seam hands us bytes there, Inductor keeps its
+own key format and serde (so a torch that changes them changes both sides
+at once), the service stores an opaque blob it never parses, and the bytes
+are exactly what the Redis backend would store, so the two compare 1:1.
+
+**Remote hits stay remote.** Inductor 2.13 writes an FX graph or AOTAutograd
+entry to its local cache dir only when it compiled it, not when the remote
+cache served it: keep the remote cache on in every process of the fleet,
+and publish snapshots from processes that compiled.
 
 **Never fails the process.** Every request has a short timeout and no
 retry; any error is logged (once per kind) and answered as a miss (GET) or

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -74,3 +75,10 @@ def test_client_install_needs_none_of_the_server_dependencies():
     for server_only in ("flask", "sqlalchemy", "alembic", "boto3", "psycopg", "torch"):
         assert server_only not in client_deps
     assert any("flask" in d for d in project["optional-dependencies"]["server"])
+
+
+def test_test_files_have_unique_basenames():
+    """pytest imports tests/ folders without __init__.py by basename: two test files of one name break
+    collection of the whole suite (it happened once when two branches met)."""
+    names = Counter(p.name for p in Path(__file__).parent.rglob("test_*.py"))
+    assert not [n for n, c in names.items() if c > 1]

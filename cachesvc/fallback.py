@@ -20,19 +20,19 @@ such entries could never hit.
 A fallback answer has the fields of a hit (``entry`` and ``version`` are the
 first source) plus ``fallback``: ``{"step", "versions", "entries"}``, each
 entry with the key fields it differs in. Every version used counts a restore
-and a ``fallback`` event (stats).
+and a ``fallback`` event (stats), written in the request by ``hits.write_now``.
 """
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session, contains_eager
 
 from cachesvc_client import keys
 
-from . import explain, index
-from .models import Entry, Event, Version, VersionFile, utcnow
+from . import explain, hits, index
+from .models import Entry, Version, VersionFile
 from .storage import Storage
 
 STEPS = ("shape", "shapes", "name")
@@ -91,15 +91,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
     files = sorted(session.execute(select(VersionFile).where(VersionFile.version_id.in_(ids))).scalars(),
                    key=lambda f: (rank[f.version_id], f.root, f.path))
     blobs = index.present_blobs(session, {f.digest for f in files})
-    now = utcnow()
-    session.execute(update(Entry).where(Entry.id.in_({v.entry_id for v in versions}))
-                    .values(restore_count=Entry.restore_count + 1, last_restored_at=now)
-                    .execution_options(synchronize_session=False))
-    session.execute(update(Version).where(Version.id.in_(ids))
-                    .values(restore_count=Version.restore_count + 1, last_restored_at=now)
-                    .execution_options(synchronize_session=False))
-    session.add_all([Event(kind="fallback", entry_id=v.entry_id, version_id=v.id, bytes=v.total_bytes)
-                     for v in versions])
+    hits.write_now(session, [(v.entry_id, v.id, v.total_bytes, None) for v in versions], kind="fallback")
     expires = settings["PRESIGN_EXPIRES"]
     return {
         "hit": True,

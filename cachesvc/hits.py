@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from sqlalchemy import bindparam, case, insert, or_, update
 
@@ -57,15 +57,19 @@ def _write(conn, entries: Tally, versions: Tally, events: List[dict]) -> None:
     conn.execute(insert(Event.__table__), events)
 
 
-def write_now(session, entry_id: int, version_id: int, nbytes: int, seconds: Optional[float]) -> None:
-    """Count one restore in ``session``'s transaction (no HitLog at hand)."""
+def write_now(session, restores: Iterable[Tuple[int, int, int, Optional[float]]], kind: str = "hit") -> None:
+    """Count ``restores`` (entry id, version id, bytes, compile seconds) in ``session``'s transaction:
+    each entry and version once, one ``kind`` event per restore. For a resolve with no HitLog at
+    hand, and for fallback answers (``cachesvc.fallback``), which are counted in the request."""
     now = utcnow()
-    _write(session.connection(), {entry_id: (1, now)}, {version_id: (1, now)},
-           [_event(entry_id, version_id, nbytes, seconds, now)])
+    rows = list(restores)
+    _write(session.connection(), {e: (1, now) for e, _, _, _ in rows}, {v: (1, now) for _, v, _, _ in rows},
+           [_event(e, v, nbytes, seconds, now, kind) for e, v, nbytes, seconds in rows])
 
 
-def _event(entry_id: int, version_id: int, nbytes: int, seconds: Optional[float], at: dt.datetime) -> dict:
-    return {"kind": "hit", "at": at, "entry_id": entry_id, "version_id": version_id, "bytes": nbytes,
+def _event(entry_id: int, version_id: int, nbytes: int, seconds: Optional[float], at: dt.datetime,
+           kind: str = "hit") -> dict:
+    return {"kind": kind, "at": at, "entry_id": entry_id, "version_id": version_id, "bytes": nbytes,
             "seconds": seconds}
 
 

@@ -41,7 +41,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
     rows = index.files_with_blobs(session, version.id)
     expires = settings["PRESIGN_EXPIRES"]
     if hits is None:
-        write_now(session, entry.id, version.id, version.total_bytes, version.compile_seconds)
+        write_now(session, [(entry.id, version.id, version.total_bytes, version.compile_seconds)])
     else:
         hits.record(entry.id, version.id, version.total_bytes, version.compile_seconds)
     return {

@@ -100,9 +100,11 @@ def worker_args(model: str, device: str) -> List[str]:
 
 class Bench:
     def __init__(self, work: Path, s3: S3Server, local: ServiceProcess, s3svc: ServiceProcess, bucket: str,
-                 redis_db: Optional[RedisDB], device: str = "cpu"):
+                 redis_db: Optional[RedisDB], device: str = "cpu", kinds: Optional[List[str]] = None):
         self.work, self.s3, self.local, self.s3svc, self.bucket, self.redis = work, s3, local, s3svc, bucket, redis_db
         self.device = device
+        #: the other kinds to publish at seed time (those whose contenders run): each costs a compile
+        self.kinds = list(KIND_CONTENDERS.values()) if kinds is None else kinds
         self.seeds: Dict[str, dict] = {}
         self._n = 0
 
@@ -137,11 +139,11 @@ class Bench:
         return seed
 
     def seed_kinds(self, ctr: Container, model: str) -> Dict[str, dict]:
-        """Publish every other kind to cachesvc (local) from the seed container: kind -> publish report or skip."""
+        """Publish the other kinds to cachesvc (local) from the seed container: kind -> publish report or skip."""
         from cachesvc_client import artifacts
 
         out: Dict[str, dict] = {}
-        for kind in KIND_CONTENDERS.values():
+        for kind in self.kinds:
             why = artifacts.support(kind)
             if why is None:
                 try:
@@ -234,7 +236,7 @@ def summarize(samples: List[dict], models: List[str]) -> List[dict]:
                          "first_call_s": median(s["first_call_s"] for s in ss), "total_s": total,
                          "ready_s": median(s["ready_s"] for s in ss),
                          "x_floor": total / floor if floor else None,
-                         "speedup_vs_cold": cold / total if total else None,
+                         "speedup_vs_cold": cold / total if total and cold else None,
                          "fxgraph_hits": sum(s["fxgraph_hit"] for s in ss)})
     return rows
 
@@ -276,14 +278,21 @@ def main(argv=None) -> dict:
     work = workdir(args.workdir, "bench-ttfi-")
     svc_env = service_source(args.service_ref, work / "service-src")
     redis_db = RedisDB() if "redis" in contenders else None
+    info = device_info(args.device)
     t0 = time.monotonic()
     try:
         with S3Server(work / "s3") as s3:
             bucket = s3.new_bucket("bench")
             with service(work / "svc-local", svc_env) as local, \
                     service(work / "svc-s3", svc_env, s3.service_env(bucket, "cachesvc")) as s3svc:
-                bench = Bench(work, s3, local, s3svc, bucket, redis_db, args.device)
+                bench = Bench(work, s3, local, s3svc, bucket, redis_db, args.device,
+                              [k for c, k in KIND_CONTENDERS.items() if c in contenders])
                 samples: List[dict] = []
+
+                def document() -> dict:
+                    return {"section": "ttfi", "models": models, "repeats": args.repeats, **info,
+                            "rows": summarize(samples, models), "samples": samples, "seeds": bench.seeds,
+                            "seconds": time.monotonic() - t0}
                 for model in models:
                     log(f"seed {model}: compile once, fill cachesvc (local, S3), Mega-Cache, tarball, Redis")
                     bench.seed(model)
@@ -294,13 +303,13 @@ def main(argv=None) -> dict:
                             for r in bench.run(model, c):
                                 s = sample_row(r, model, rnd)
                                 samples.append(s)
+                                if args.out:  # after every sample: a run stopped by a time limit keeps what it measured
+                                    write_json(Path(args.out), document())
                                 log(f"round {rnd + 1}/{args.repeats} {model:8} {s['contender']:15} "
                                     f"restore {s['restore_s']:6.2f}  first call {s['first_call_s']:6.2f}  "
                                     f"sum {s['total_s']:6.2f}  fx hit/miss {s['fxgraph_hit']}/{s['fxgraph_miss']}")
-        rows = summarize(samples, models)
-        print_summary(rows)
-        doc = {"section": "ttfi", "models": models, "repeats": args.repeats, **device_info(args.device), "rows": rows, "samples": samples,
-               "seeds": bench.seeds, "seconds": time.monotonic() - t0}
+        doc = document()
+        print_summary(doc["rows"])
         if args.out:
             write_json(Path(args.out), doc)
         return doc

@@ -281,6 +281,24 @@ def render(doc: dict, out_dir: Path) -> Path:
     return path
 
 
+def gpu_rows(paths: List[Path]) -> str:
+    """The markdown table of bench/ttfi.py JSON files from the GPU machine (for docs/gpu.md)."""
+    rows = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        for r in doc["rows"]:
+            name, _, mode = r["model"].partition("@")
+            rows.append([name, mode or "default", LABELS.get(r["contender"], r["contender"]).replace("**", ""),
+                         r["n"], f(r["restore_s"]), f(r["first_call_s"]), f(r["total_s"]), f(r["x_floor"]),
+                         f(r["speedup_vs_cold"], 1), f(r.get("ready_s")), f"{r['fxgraph_hits']} / {r['n']}",
+                         path.name])
+    return md_table(["model", "mode", "contender", "rounds", "restore s", "first call s", "sum s", "x floor",
+                     "speed-up vs cold", "process start to first output s", "fx-graph hits / runs", "run"], rows)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--gpu-rows"]:  # python bench/report.py --gpu-rows docs/gpu/run6-ttfi-*.json
+        print(gpu_rows([Path(a) for a in sys.argv[2:]]))
+        sys.exit()
     src = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks.json")
     print(render(json.loads(src.read_text()), src.parent))

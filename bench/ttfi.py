@@ -32,6 +32,7 @@ compiled call and their sum, medians over the rounds.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import time
@@ -151,7 +152,8 @@ class Bench:
                     out[kind] = dict(r["publish"], first_call_s=r["first_call_s"])
                     continue
                 except RuntimeError as exc:  # e.g. a graph break: aot_compile needs one full graph
-                    why = str(exc).strip().splitlines()[-1][:300]
+                    why = failure_line(str(exc))
+                    (self.work / f"seed-{model}-{kind}.err").write_text(str(exc))
             log(f"seed {model}: no {kind} version ({why}); its contender is skipped")
             out[kind] = {"skipped": why}
         return out
@@ -207,6 +209,18 @@ class Bench:
             return [dict(r, contender=contender)]
         finally:
             shutil.rmtree(ctr.root, ignore_errors=True)
+
+
+def failure_line(text: str) -> str:
+    """The line of a worker's output that says why it failed: the last exception line, else the last line."""
+    died = re.match(r"worker failed \((-\d+)\)", text)
+    if died:  # killed by a signal: no Python error to show (torch 2.11's AOTInductor segfaulted on the H200)
+        import signal
+
+        return f"the worker died of {signal.Signals(-int(died.group(1))).name}"
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception|Unsupported)\b", ln)]
+    return (errors or lines or ["?"])[-1][:300]
 
 
 def sample_row(r: dict, model: str, round_no: int) -> dict:

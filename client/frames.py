@@ -18,24 +18,30 @@ checksum is checked by the decoder.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, List, Optional
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import zstandard
 
 #: blobs at least this large (decoded) are published as several frames
 FRAMED_MIN = 32 << 20
 #: decoded bytes per frame
-FRAME_SIZE = 8 << 20
+FRAME_SIZE = 2 << 20
 #: a stream whose frames declare more than this many decoded bytes is not decoded in parallel
 FRAME_MAX = 32 << 20
 #: decoder threads shared by every download in the process
 DECODE_THREADS = 2
-#: frames submitted ahead of the one being written (bounds memory to ~this x FRAME_SIZE x 2)
-AHEAD = 4
+#: frames submitted ahead of the one being emitted
+AHEAD = 2
+#: decode buffers per stream (reused: a fresh multi-MB allocation per frame costs a page fault per 4 KiB);
+#: those not in flight are with the consumer until it releases them
+BUFFERS = 4
 
 _MAGIC = 0xFD2FB528
+#: the longest a frame of FRAME_MAX decoded bytes can be (zstd's bound: raw blocks plus headers), with room
+_LONGEST = FRAME_MAX + FRAME_MAX // 64 + (1 << 16)
 _SKIPPABLE_LO, _SKIPPABLE_HI = 0x184D2A50, 0x184D2A5F
 
 
@@ -108,6 +114,7 @@ def parallel_ok(first_bytes) -> bool:
 
 
 _POOL: Optional[ThreadPoolExecutor] = None
+_LOCAL = threading.local()  # one decompression context per decoder thread
 _POOL_LOCK = threading.Lock()
 
 
@@ -119,16 +126,25 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def _decode(frame: bytes) -> bytes:
-    size = content_size(frame)
-    if size is None or size > FRAME_MAX:
-        raise FrameError(f"a zstd frame declares {size} decoded bytes; at most {FRAME_MAX} are expected here")
+def _decode_into(frame: bytes, buf: bytearray, size: int) -> memoryview:
+    """Decode one whole frame into ``buf``; the view of its ``size`` decoded bytes. Raises FrameError."""
+    out = memoryview(buf)[:size]
+    got = 0
     try:
-        out = zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
+        dctx = getattr(_LOCAL, "dctx", None)
+        if dctx is None:
+            dctx = _LOCAL.dctx = zstandard.ZstdDecompressor()
+        reader = dctx.stream_reader(frame)
+        while got < size:
+            n = reader.readinto(out[got:])
+            if not n:
+                break
+            got += n
+        extra = reader.read(1)  # steps over the frame's end, where zstd checks the content checksum
     except zstandard.ZstdError as exc:
         raise FrameError(f"bad zstd frame: {exc}") from None
-    if len(out) != size:
-        raise FrameError(f"a zstd frame decoded to {len(out)} bytes, its header says {size}")
+    if got != size or extra:
+        raise FrameError(f"a zstd frame decoded to {got + len(extra)}+ bytes, its header says {size}")
     return out
 
 
@@ -137,36 +153,62 @@ class ParallelDecoder:
 
     ``feed(data)`` buffers ``data``, submits every frame it completes to the
     shared decoder pool and emits decoded frames, keeping at most AHEAD in
-    flight. ``finish()`` emits the rest and raises FrameError when the stream
-    stopped mid-frame. Any FrameError from a bad frame or checksum is raised
-    by ``feed`` or ``finish``. Not thread-safe: one feeding thread.
+    flight. ``emit(view, release)`` gets a view of one frame's decoded bytes
+    in a reused buffer and must call ``release()`` once done with it (it may
+    hand both to another thread). ``finish()`` emits the rest and raises
+    FrameError when the stream stopped mid-frame. Any FrameError from a bad
+    frame or checksum is raised by ``feed`` or ``finish``. Not thread-safe:
+    one feeding thread.
     """
 
-    def __init__(self, emit: Callable[[bytes], None]):
+    def __init__(self, emit: Callable[[memoryview, Callable[[], None]], None]):
         self.emit = emit
         self._buf = bytearray()
         self._pos = 0
-        self._pending: List[Future] = []
+        self._pending: List[Tuple[Future, bytearray]] = []
+        self._free: queue.Queue = queue.Queue()
+        for _ in range(BUFFERS):
+            self._free.put(None)  # allocated on first use, at the size the frames need
         self.frames = 0
+
+    def _submit(self, frame: bytes) -> None:
+        size = content_size(frame)
+        if size is None or size > FRAME_MAX:
+            raise FrameError(f"a zstd frame declares {size} decoded bytes; at most {FRAME_MAX} are expected here")
+        buf = self._free.get()  # waits while the consumer holds them all
+        if buf is None or len(buf) < size:
+            buf = bytearray(max(size, FRAME_SIZE))
+        self._pending.append((_pool().submit(_decode_into, frame, buf, size), buf))
 
     def feed(self, data) -> None:
         self._buf += data
         while True:
             n = frame_length(self._buf, self._pos)
             if n is None:
+                if len(self._buf) - self._pos > _LONGEST:
+                    raise FrameError(f"a zstd frame runs past {_LONGEST} bytes; at most {FRAME_MAX} decoded "
+                                     "bytes per frame are expected here")
                 break
             start, self._pos = self._pos, self._pos + n
             if int.from_bytes(self._buf[start:start + 4], "little") == _MAGIC:
-                self._pending.append(_pool().submit(_decode, bytes(self._buf[start:self._pos])))
+                with memoryview(self._buf) as view:
+                    frame = bytes(view[start:self._pos])
+                self._submit(frame)
                 self.frames += 1
                 self._drain(AHEAD)
-        if self._pos >= (16 << 20) or self._pos == len(self._buf):
+        if self._pos:  # keep only the partial frame: a small buffer, reused, not MBs of fresh pages
             del self._buf[:self._pos]
             self._pos = 0
 
     def _drain(self, keep: int) -> None:
         while len(self._pending) > keep:
-            self.emit(self._pending.pop(0).result())
+            future, buf = self._pending.pop(0)
+            try:
+                view = future.result()
+            except BaseException:
+                self._free.put(buf)
+                raise
+            self.emit(view, lambda buf=buf: self._free.put(buf))
 
     def finish(self) -> None:
         try:
@@ -178,9 +220,9 @@ class ParallelDecoder:
 
     def close(self) -> None:
         """Drop what is still queued (after an error); waits for running decodes to finish."""
-        for f in self._pending:
+        for f, _buf in self._pending:
             f.cancel()
-        for f in self._pending:
+        for f, _buf in self._pending:
             if not f.cancelled():
                 f.exception()
         self._pending = []

@@ -48,7 +48,12 @@ def split(stored: bytes) -> list:
 
 def parallel_decode(stored: bytes, step: int) -> bytes:
     out = []
-    dec = frames.ParallelDecoder(out.append)
+
+    def emit(view, release):
+        out.append(bytes(view))
+        release()
+
+    dec = frames.ParallelDecoder(emit)
     try:
         for i in range(0, len(stored), step):
             dec.feed(stored[i:i + step])
@@ -169,3 +174,15 @@ def test_frame_length_needs_the_whole_frame():
     assert frames.frame_length(frame) == len(frame)
     for cut in (0, 3, 5, 10, len(frame) // 2, len(frame) - 1):
         assert frames.frame_length(frame[:cut]) is None
+
+
+def test_a_frame_that_never_ends_is_refused_before_it_fills_memory():
+    frame = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(b"z" * 1000)
+    header = frame[:zstandard.frame_header_size(frame)]
+    raw_block = (((1 << 17) << 3) | (0 << 1) | 0).to_bytes(3, "little") + b"r" * (1 << 17)  # not the last block
+    dec = frames.ParallelDecoder(lambda view, release: release())
+    with pytest.raises(frames.FrameError, match="runs past"):
+        dec.feed(header)
+        for _ in range(frames.FRAME_MAX // (1 << 17) + 10):
+            dec.feed(raw_block)
+    dec.close()

@@ -145,3 +145,24 @@ def test_a_bad_large_upload_is_refused_or_missing_at_commit(app, client):
         assert isinstance(r, requests.Response) and r.status_code == 200
     assert commit.status_code == 409 and commit.json["error"]["code"] == "blobs_missing", commit.json
     assert sha(data) in str(commit.json["error"].get("details"))
+
+
+def test_a_single_frame_blob_from_an_older_publisher_restores(live_server, tmp_path, monkeypatch):
+    """Published as one zstd frame (the 0.1 client): checked by the service, decoded as one stream, verified."""
+    from tests.helpers import publish_body, put_blob
+
+    app_client = live_server.app.test_client()
+    app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {live_server.app.config['TOKENS']['write']}"
+    data = blob_bytes(frames.FRAMED_MIN + 4321, seed=9)
+    stream = zstandard.ZstdCompressor(level=3).compressobj()
+    body = stream.compress(data) + stream.flush()  # no content size in the header, as stream_writer wrote it
+    k = {"name": NAME, "shape": SHAPE, "tags": {}, "env": ENV}
+    pub = publish_body({"sj/old.h.gch": data}, k, kind="inductor-dir", merge=False)
+    pub["roots"] = {"inductor": str(tmp_path / "a" / "cache")}
+    answer = app_client.post("/api/v1/versions", json=pub).json
+    assert put_blob(app_client, answer["upload"][0]["targets"]["zstd"], body).status_code in (200, 201)
+    assert app_client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={}).status_code == 200
+    assert resolve(live_server)["blobs"][sha(data)]["stored_sha256"] == hashlib.sha256(body).hexdigest()
+    b, report = restore_into(live_server, tmp_path, monkeypatch, "b")
+    assert report.hit and not report.failed and report.files == 1
+    assert (b / "cache/sj/old.h.gch").read_bytes() == data

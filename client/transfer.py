@@ -9,9 +9,9 @@ is caught before the version is committed.
 Large zstd blobs (``PIPELINE_MIN`` and up) whose stored bytes the service
 vouches for (``stored_sha256``: the service decoded those very bytes and
 checked their sha256 itself) are verified by hashing the ~7x smaller stored
-bytes instead; a mismatch there is not trusted either way: the decoded file
-is then hashed in full. Blobs published as several frames (``frames``) are
-decoded on a small thread pool.
+bytes instead, plus the decoded size; when those do not match, the decoded
+file is hashed in full, as for any other blob. Blobs published as several
+small frames (``frames``) are decoded on a small thread pool.
 """
 from __future__ import annotations
 

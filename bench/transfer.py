@@ -59,9 +59,14 @@ def restore_boto3(s3: S3Server, bucket: str, listing: List[dict], dest: Path, wo
         body = client.get_object(Bucket=bucket, Key=item["key"])["Body"]
         with open(target, "wb") as out:
             if item["encoding"] == "zstd":
-                dec = zstandard.ZstdDecompressor().decompressobj()
+                dctx = zstandard.ZstdDecompressor()
+                dec = dctx.decompressobj()
                 for chunk in body.iter_chunks(1 << 20):
-                    out.write(dec.decompress(chunk))
+                    while chunk:  # large blobs are several zstd frames: a decompressobj decodes one
+                        if dec.eof:
+                            dec = dctx.decompressobj()
+                        out.write(dec.decompress(chunk))
+                        chunk = dec.unused_data if dec.eof else b""
             else:
                 for chunk in body.iter_chunks(1 << 20):
                     out.write(chunk)

@@ -99,11 +99,11 @@ def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, st
 def files_with_blobs(session: Session, version_id: int) -> list:
     """The version's files by (root, path), each with its blob's encoding and sizes (None when no blob row).
 
-    Rows: ``root, path, digest, size, mode, encoding, blob_size, stored_size``; one query.
+    Rows: ``root, path, digest, size, mode, encoding, blob_size, stored_size, stored_sha256``; one query.
     """
     return session.execute(
         select(VersionFile.root, VersionFile.path, VersionFile.digest, VersionFile.size, VersionFile.mode,
-               Blob.encoding, Blob.size.label("blob_size"), Blob.stored_size)
+               Blob.encoding, Blob.size.label("blob_size"), Blob.stored_size, Blob.stored_sha256)
         .outerjoin(Blob, Blob.digest == VersionFile.digest)
         .where(VersionFile.version_id == version_id)
         .order_by(VersionFile.root, VersionFile.path)

@@ -120,6 +120,9 @@ class Blob(Base):
     stored_size: Mapped[int] = mapped_column(BigInteger)   # bytes in storage
     encoding: Mapped[str] = mapped_column(String(16))      # identity | zstd
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # sha256 of the stored bytes, set only once the service itself has decoded exactly those bytes to
+    # ``digest`` (cachesvc.blobs); NULL: unchecked by the service, the client hashes the decoded bytes
+    stored_sha256: Mapped[Optional[str]] = mapped_column(String(64))
 
 
 class Event(Base):

@@ -5,7 +5,10 @@
    for each (a presigned S3 URL, or the service's own blob endpoint).
 2. ``commit_version``: once the client has uploaded, the service checks that
    every blob the version names is stored, then flips the version to
-   *committed* in one transaction. Until then resolve never sees it.
+   *committed* in one transaction. Until then resolve never sees it. Large
+   zstd blobs uploaded straight to storage are read back and decoded first
+   (``cachesvc.blobs.check_stored``): one that does not decode to its sha256
+   counts as missing, one that does gets its ``stored_sha256`` recorded.
 
 Content equal to the key's newest committed version of the same kind creates no
 version; content equal to another key's committed version is linked at once
@@ -23,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import admission, collect, index, merging
+from . import admission, blobs, collect, index, merging
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Entry, Event, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
@@ -96,13 +99,24 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
                  "version": index.version_summary(version), "upload": upload}
 
 
-def _stat_blob(storage: Storage, digest: str, prefer: Optional[str]) -> Optional[Tuple[str, int]]:
+def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int) -> Optional[Tuple[str, int, Optional[str]]]:
+    """(encoding, stored size, stored sha256 or None) of a blob uploaded straight to storage; None when
+    it is not there, or not a valid encoding of the blob. Large zstd objects are read back and decoded."""
     order = [prefer] if prefer else []
     order += [e for e in ENCODINGS if e != prefer]
     for enc in order:
-        size = storage.stat(blob_key(digest, enc))
-        if size is not None:
-            return enc, size
+        stored = storage.stat(blob_key(digest, enc))
+        if stored is None:
+            continue
+        if enc == "identity":
+            return (enc, stored, None) if stored == size else None  # a short or wrong upload: not usable
+        if size < blobs.VERIFY_AT_COMMIT_MIN:
+            return enc, stored, None
+        try:
+            stored_sha = blobs.check_stored(storage, digest, enc)
+        except blobs.BadBlob:
+            return None  # the publisher uploads it again
+        return (enc, stored, stored_sha) if stored_sha is not None else None
     return None
 
 
@@ -122,15 +136,13 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []
     with ThreadPoolExecutor(max_workers=16) as pool:
-        stats = pool.map(lambda d: (d, _stat_blob(storage, d, prefer.get(d))), sorted(needed))
+        stats = pool.map(lambda d: (d, _stat_blob(storage, d, prefer.get(d), sizes[d])), sorted(needed))
         for d, hit in stats:
             if hit is None:
                 missing.append(d)
-            elif hit[0] == "identity" and hit[1] != sizes[d]:
-                missing.append(d)  # a short or wrong upload: not usable
             else:
                 found.append({"digest": d, "size": sizes[d], "stored_size": hit[1], "encoding": hit[0],
-                              "created_at": utcnow()})
+                              "stored_sha256": hit[2], "created_at": utcnow()})
     if missing:
         raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
                            f"commit again", {"missing": missing[:1000]})

@@ -99,7 +99,11 @@ def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
     except BlobNotFound:  # one lost object: a miss for this key (Inductor compiles and puts it again)
         log.warning("remote cache item %s/%s: blob %s is indexed but missing from storage", cache, key, blob.digest)
         return None
-    value = zstandard.ZstdDecompressor().decompressobj().decompress(raw) if blob.encoding == "zstd" else raw
+    try:
+        value = blobs.decode_all(raw) if blob.encoding == "zstd" else raw  # several frames if a large publish stored it
+    except blobs.BadBlob as exc:  # a damaged object: a miss, like a lost one
+        log.warning("remote cache item %s/%s: blob %s does not decode: %s", cache, key, blob.digest, exc)
+        return None
     session.execute(update(RemoteCacheItem).where(RemoteCacheItem.id == item.id)
                     .values(hit_count=RemoteCacheItem.hit_count + 1, last_used_at=now))
     return value

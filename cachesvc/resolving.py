@@ -50,6 +50,17 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
         "version": index.version_summary(version),
         "files": [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
                   for f in rows],
-        "blobs": {f.digest: {"url": blob_url(storage, f.digest, f.encoding, expires), "encoding": f.encoding,
-                             "size": f.blob_size, "stored_size": f.stored_size} for f in rows if f.encoding},
+        "blobs": {f.digest: blob_entry(storage, f.digest, f.encoding, f.blob_size, f.stored_size, f.stored_sha256,
+                                       expires) for f in rows if f.encoding},
     }
+
+
+def blob_entry(storage: Storage, digest: str, encoding: str, size: int, stored_size: int,
+               stored_sha256: Optional[str], expires: int) -> dict:
+    """Where and how to fetch one blob. ``stored_sha256`` is listed only where the service checked
+    the stored bytes itself (``cachesvc.blobs``): a client may then hash those instead of the decoded ones."""
+    entry = {"url": blob_url(storage, digest, encoding, expires), "encoding": encoding, "size": size,
+             "stored_size": stored_size}
+    if stored_sha256:
+        entry["stored_sha256"] = stored_sha256
+    return entry

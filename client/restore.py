@@ -4,8 +4,9 @@ Guarantees:
 - Nothing is written outside the roots: manifest paths must pass
   ``keys.check_relpath`` (else the whole manifest is refused), and no folder
   between a root and a file may be a symlink.
-- Every file is verified (sha256 of the decoded bytes) in a temp file beside
-  its target and renamed into place: no reader sees half a file, and an
+- Every file is verified (sha256 of the decoded bytes, or for a large zstd
+  blob the sha256 of the stored bytes the service itself checked, see
+  ``transfer.download``) in a temp file beside its target and renamed into place: no reader sees half a file, and an
   interrupted restore leaves only whole files (plus ``.cachesvc-<pid>-*.tmp``
   leftovers, which publish ignores and the next restore removes once their
   process is gone).
@@ -319,7 +320,8 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
 
             try:
                 tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
-                                        os.path.dirname(targets[0][0]), stall_timeout, count, cutoff)
+                                        os.path.dirname(targets[0][0]), stall_timeout, count, cutoff,
+                                        blob.get("stored_sha256"))
                 for t, _mode in targets[1:]:
                     os.makedirs(os.path.dirname(t), exist_ok=True)
                 _place(tmp, targets)

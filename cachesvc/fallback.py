@@ -24,6 +24,7 @@ and a ``fallback`` event (stats), written in the request by ``hits.write_now``.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import List, Optional, Sequence
 
 from sqlalchemy import and_, func, select
@@ -77,7 +78,7 @@ def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[V
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps: Sequence[str],
             max_bytes: Optional[int] = None) -> Optional[dict]:
     """The first step of ``steps`` that finds versions, as a resolve answer; None when none does."""
-    from .resolving import blob_url  # resolving imports this module
+    from .resolving import blob_entries  # resolving imports this module
 
     max_bytes = settings["FALLBACK_MAX_BYTES"] if max_bytes is None else max_bytes
     for step in steps:
@@ -99,8 +100,10 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
         "version": index.version_summary(versions[0]),
         "files": [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
                   for f in files],
-        "blobs": {d: {"url": blob_url(storage, d, b.encoding, expires), "encoding": b.encoding,
-                      "size": b.size, "stored_size": b.stored_size} for d, b in blobs.items()},
+        "blobs": blob_entries(storage, [SimpleNamespace(digest=d, encoding=b.encoding, blob_size=b.size,
+                                                        stored_size=b.stored_size, pack_digest=b.pack_digest,
+                                                        pack_offset=b.pack_offset) for d, b in blobs.items()],
+                              expires),
         "fallback": {"step": step, "versions": ids,
                      "entries": [{"entry": index.entry_summary(v.entry), "version_id": v.id,
                                   "differs": explain.differences(v.entry, key)} for v in versions]},

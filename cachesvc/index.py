@@ -37,7 +37,8 @@ def insert_ignore(session: Session, model, rows: List[dict]) -> None:
 
 
 def insert_blobs(session: Session, rows: List[dict]) -> int:
-    """Record stored blobs (ignoring ones already known) and a ``stored`` event with the new bytes."""
+    """Record stored blobs (ignoring ones already known) and a ``stored`` event with the new bytes.
+    All ``rows`` carry the same keys (loose rows and packed rows go in separate calls)."""
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
@@ -99,11 +100,12 @@ def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, st
 def files_with_blobs(session: Session, version_id: int) -> list:
     """The version's files by (root, path), each with its blob's encoding and sizes (None when no blob row).
 
-    Rows: ``root, path, digest, size, mode, encoding, blob_size, stored_size``; one query.
+    Rows: ``root, path, digest, size, mode, encoding, blob_size, stored_size, pack_digest, pack_offset``;
+    one query.
     """
     return session.execute(
         select(VersionFile.root, VersionFile.path, VersionFile.digest, VersionFile.size, VersionFile.mode,
-               Blob.encoding, Blob.size.label("blob_size"), Blob.stored_size)
+               Blob.encoding, Blob.size.label("blob_size"), Blob.stored_size, Blob.pack_digest, Blob.pack_offset)
         .outerjoin(Blob, Blob.digest == VersionFile.digest)
         .where(VersionFile.version_id == version_id)
         .order_by(VersionFile.root, VersionFile.path)

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import admission, collect, index, merging
+from . import admission, collect, index, merging, packs as packs_mod
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Entry, Event, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
@@ -93,7 +93,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
                "targets": {enc: upload_target(storage, d, enc, expires) for enc in ENCODINGS}}
               for d in sorted(set(sizes) - set(present))]
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
-                 "version": index.version_summary(version), "upload": upload}
+                 "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
 
 
 def _stat_blob(storage: Storage, digest: str, prefer: Optional[str]) -> Optional[Tuple[str, int]]:
@@ -106,7 +106,10 @@ def _stat_blob(storage: Storage, digest: str, prefer: Optional[str]) -> Optional
     return None
 
 
-def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict]) -> dict:
+def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
+                   packs: Optional[List[dict]] = None) -> dict:
+    """Commit a pending version once every blob it names is stored, loose or in one of ``packs``
+    (verified first: ``cachesvc.packs.verify``). Raises BlobsMissing, InvalidRequest, Conflict."""
     collect.store_lock(session)
     version = index.get_or_404(session, Version, version_id, "version")
     if version.state == "committed":
@@ -118,7 +121,8 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
 
     sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
                                  .where(VersionFile.version_id == version_id).distinct()).all())
-    needed = set(sizes) - set(index.present_blobs(session, sizes))
+    packed = packs_mod.verify(session, storage, packs or [], sizes)
+    needed = set(sizes) - set(index.present_blobs(session, sizes)) - {r["digest"] for r in packed}
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -135,6 +139,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
         raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
                            f"commit again", {"missing": missing[:1000]})
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
+    direct_bytes += index.insert_blobs(session, packed)
 
     newest = index.newest_committed(session, entry.id, version.kind)
     merging.catch_up(session, version, newest)

@@ -123,6 +123,21 @@ class S3Storage(Storage):
         except Exception as exc:  # botocore raises more than ClientError/BotoCoreError (e.g. AttributeError on 5xx)
             raise self._translate(exc, key) from None
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        if length == 0:
+            return b""
+        try:
+            obj = self._s3.get_object(Bucket=self.bucket, Key=self._key(key),
+                                      Range=f"bytes={offset}-{offset + length - 1}")
+            data = _Body(obj["Body"], key).read()
+        except StorageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
+            raise self._translate(exc, key) from None
+        if len(data) != length:
+            raise StorageError(f"{key} is shorter than {offset} + {length} bytes")
+        return data
+
     def stat(self, key: str) -> Optional[int]:
         try:
             return int(self._s3.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"])

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session, contains_eager
 from cachesvc_client import keys
 
 from . import explain, hits, index
-from .models import Entry, Version, VersionFile
+from .models import Entry, Pack, Version, VersionFile
 from .storage import Storage
 
 STEPS = ("shape", "shapes", "name")
@@ -92,6 +92,8 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
     files = sorted(session.execute(select(VersionFile).where(VersionFile.version_id.in_(ids))).scalars(),
                    key=lambda f: (rank[f.version_id], f.root, f.path))
     blobs = index.present_blobs(session, {f.digest for f in files})
+    pack_sizes = dict(session.execute(select(Pack.digest, Pack.stored_size).where(
+        Pack.digest.in_({b.pack_digest for b in blobs.values() if b.pack_digest}))).all())
     hits.write_now(session, [(v.entry_id, v.id, v.total_bytes, None) for v in versions], kind="fallback")
     expires = settings["PRESIGN_EXPIRES"]
     return {
@@ -102,7 +104,8 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
                   for f in files],
         "blobs": blob_entries(storage, [SimpleNamespace(digest=d, encoding=b.encoding, blob_size=b.size,
                                                         stored_size=b.stored_size, pack_digest=b.pack_digest,
-                                                        pack_offset=b.pack_offset) for d, b in blobs.items()],
+                                                        pack_offset=b.pack_offset, pack_size=pack_sizes.get(b.pack_digest))
+                                       for d, b in blobs.items()],
                               expires),
         "fallback": {"step": step, "versions": ids,
                      "entries": [{"entry": index.entry_summary(v.entry), "version_id": v.id,

@@ -17,8 +17,8 @@ def blob_url(storage: Storage, digest: str, encoding: str, expires: int) -> str:
 
 def blob_entries(storage: Storage, rows, expires: int) -> dict:
     """The ``blobs`` map of a resolve answer from rows with ``digest, encoding, blob_size, stored_size,
-    pack_digest, pack_offset`` (rows without a blob left out). A packed blob also gets ``pack`` (its pack's
-    URL), ``pack_sha256``, ``pack_size`` and ``offset``; its ``url`` serves the member alone (older clients)."""
+    pack_digest, pack_offset, pack_size`` (rows without a blob left out). A packed blob also gets ``pack``
+    (its pack's URL), ``pack_sha256``, ``pack_size`` and ``offset``; its ``url`` serves the member alone (older clients)."""
     out, pack_urls = {}, {}
     for f in rows:
         if not f.encoding or f.digest in out:
@@ -31,7 +31,7 @@ def blob_entries(storage: Storage, rows, expires: int) -> dict:
             pack_urls[f.pack_digest] = packs.pack_url(storage, f.pack_digest, expires)
         out[f.digest] = {"url": f"/api/v1/blobs/{f.digest}", "encoding": f.encoding, "size": f.blob_size,
                          "stored_size": f.stored_size, "pack": pack_urls[f.pack_digest],
-                         "pack_sha256": f.pack_digest, "offset": f.pack_offset}
+                         "pack_sha256": f.pack_digest, "pack_size": f.pack_size, "offset": f.pack_offset}
     return out
 
 

@@ -105,7 +105,7 @@ class PackTargetsSchema(Schema):
 
 
 class PackPutArgs(Schema):
-    version = fields.Integer(required=True, strict=True, validate=validate.Range(1, 2**31 - 1),
+    version = fields.Integer(required=True, validate=validate.Range(1, 2**31 - 1),
                              metadata={"description": "the pending version the pack is for"})
 
 

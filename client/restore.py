@@ -9,6 +9,9 @@ Guarantees:
   interrupted restore leaves only whole files (plus ``.cachesvc-<pid>-*.tmp``
   leftovers, which publish ignores and the next restore removes once their
   process is gone).
+- Small blobs may lie in packs (``cachesvc_client.packing``): a pack is read
+  whole or by ``Range`` runs, and each member is decoded, verified and placed
+  on its own, so a bad member fails only its files.
 - Files already present with the right content are not fetched again; files
   the restore did not bring are never touched.
 - One restore at a time per cache dir (a file lock), so ranks on one host

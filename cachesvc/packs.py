@@ -22,16 +22,15 @@ import hashlib
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO, Dict, List, Optional
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 import zstandard
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from . import index
 from .errors import BlobsMissing, InvalidRequest, PayloadTooLarge
 from .models import Blob, Pack, Version, utcnow
-from .storage import Storage, blob_key, pack_key
+from .storage import BlobNotFound, Storage, blob_key, pack_key
 
 #: blobs smaller than this (decoded) are packed by the client
 MAX_MEMBER = 256 << 10
@@ -120,19 +119,27 @@ def _decode(data: bytes, encoding: str, size: int) -> Optional[bytes]:
     return data
 
 
-def _verify_one(storage: Storage, pack: dict) -> Optional[str]:
-    """None when the pack is stored and every member checks out; else what is wrong (the pack is
-    missing: "missing"). Reads the pack once."""
+def _verify_one(storage: Storage, pack: dict) -> Tuple[Optional[str], int]:
+    """(None, the pack's size) when the pack is stored and every member checks out; else (what is wrong,
+    0), "missing" when the pack is not in storage. Reads the pack once."""
     digest = pack["sha256"]
     size = storage.stat(pack_key(digest))
     if size is None:
-        return "missing"
+        return "missing", 0
     if size > MAX_PACK:
-        return f"pack {digest} is {size} bytes, over the {MAX_PACK}-byte limit"
-    with storage.open(pack_key(digest)) as body:
-        data = body.read()
+        return f"pack {digest} is {size} bytes, over the {MAX_PACK}-byte limit", 0
+    try:
+        with storage.open(pack_key(digest)) as body:
+            data = body.read()
+    except BlobNotFound:  # deleted since the stat
+        return "missing", 0
     if hashlib.sha256(data).hexdigest() != digest:
-        return f"pack {digest}: the stored bytes do not hash to its name"
+        return f"pack {digest}: the stored bytes do not hash to its name", 0
+    return _check_members(data, pack), len(data)
+
+
+def _check_members(data: bytes, pack: dict) -> Optional[str]:
+    digest = pack["sha256"]
     for m in pack["members"]:
         end = m["offset"] + m["stored_size"]
         if end > len(data):
@@ -160,11 +167,12 @@ def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[st
     members = [m["sha256"] for p in packs for m in p["members"]]
     if len(members) != len(set(members)):
         raise InvalidRequest("a blob is listed as a member of more than one pack, or twice in one")
-    known = set(session.scalars(select(Pack.digest).where(Pack.digest.in_(list(seen))))) if seen else set()
-    todo = [p for p in packs if p["sha256"] not in known]
+    # A pack already recorded (the same bytes from another publisher) is read again all the same:
+    # this commit's claims about where members lie in it are what is checked.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        problems = list(pool.map(lambda p: _verify_one(storage, p), todo))
-    missing = [p["sha256"] for p, why in zip(todo, problems) if why == "missing"]
+        checked = list(pool.map(lambda p: _verify_one(storage, p), packs))
+    problems = [why for why, _size in checked]
+    missing = [p["sha256"] for p, why in zip(packs, problems) if why == "missing"]
     bad = [why for why in problems if why not in (None, "missing")]
     if bad:
         raise InvalidRequest(f"{len(bad)} pack(s) failed verification; nothing was recorded: {bad[0]}",
@@ -173,16 +181,12 @@ def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[st
         raise BlobsMissing(f"{len(missing)} pack(s) are not in storage; upload them and commit again",
                            {"missing": [], "missing_packs": missing})
     now = utcnow()
-    index.insert_ignore(session, Pack, [{"digest": p["sha256"], "stored_size": _stored(storage, p["sha256"]),
-                                         "created_at": now} for p in todo])
+    index.insert_ignore(session, Pack, [{"digest": p["sha256"], "stored_size": size, "created_at": now}
+                                        for p, (_why, size) in zip(packs, checked)])
     present = set(index.present_blobs(session, members))
     return [{"digest": m["sha256"], "size": m["size"], "stored_size": m["stored_size"], "encoding": m["encoding"],
              "created_at": now, "pack_digest": p["sha256"], "pack_offset": m["offset"]}
             for p in packs for m in p["members"] if m["sha256"] not in present]
-
-
-def _stored(storage: Storage, digest: str) -> int:
-    return storage.stat(pack_key(digest)) or 0
 
 
 def read_stored(storage: Storage, blob: Blob) -> bytes:

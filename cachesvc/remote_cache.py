@@ -114,7 +114,12 @@ def put(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
     encoding = blob.encoding if blob is not None else "zstd"
     if blob is None or not packs.stored_somewhere(storage, blob):  # new, or its object was lost
         body = zstandard.ZstdCompressor(level=3).compress(value) if encoding == "zstd" else value
-        index.insert_blobs(session, [blobs.receive(storage, digest, encoding, io.BytesIO(body))])
+        row = blobs.receive(storage, digest, encoding, io.BytesIO(body))
+        if blob is not None and blob.pack_digest is not None:  # its pack was lost: the row names the new object
+            session.execute(update(Blob).where(Blob.digest == digest)
+                            .values(pack_digest=None, pack_offset=None, stored_size=row["stored_size"]))
+        else:
+            index.insert_blobs(session, [row])
     values = {"cache": cache, "env_digest": keys.env_digest(env), "key": key, "env": env, "digest": digest,
               "size": len(value), "created_at": now, "last_used_at": now, "hit_count": 0}
     mod = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite

@@ -210,3 +210,18 @@ def test_database_at_0005_with_data_upgrades(database_url):
 def test_pack_digest_names_the_bytes():
     data, _ = build_pack(FILES)
     assert pack_key(sha(data)) == f"v1/packs/{sha(data)[:2]}/{hashlib.sha256(data).hexdigest()}"
+
+
+def test_remote_cache_reads_a_packed_blob_and_replaces_a_lost_pack(client, app, storage):
+    resp, data, _ = publish_packed(client, FILES)
+    value = FILES["c.json"]  # the same bytes as a pack member: stored already
+    url = "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::k:c1"
+    assert client.put(url, query_string=key()["env"], data=value).status_code in (200, 201)
+    got = client.get(url, query_string=key()["env"])
+    assert got.status_code == 200 and got.data == value
+    storage.delete(pack_key(sha(data)))  # the pack is lost: the next put stores the value loose
+    assert client.put(url, query_string=key()["env"], data=value).status_code in (200, 201)
+    got = client.get(url, query_string=key()["env"])
+    assert got.status_code == 200 and got.data == value
+    with app.extensions["cachesvc"].db.session() as s:
+        assert s.get(Blob, sha(value)).pack_digest is None

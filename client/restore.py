@@ -342,7 +342,7 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
         its own, so a bad member fails only its files. Returns digest -> problem (None: placed)."""
         url = api.absolute(pack_url)
         out: Dict[str, Optional[str]] = {}
-        problem = ""
+        problem, data, base = "", None, 0
         for attempt in (1, 2):
             if storage_down.is_set():
                 problem = "storage unreachable; gave up"
@@ -359,11 +359,9 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
                 problem = exc.message
                 if attempt == 2:
                     storage_down.set()
-            except CacheClientError as exc:
-                problem = exc.message
+            except (CacheClientError, OSError) as exc:
+                problem = getattr(exc, "message", None) or str(exc)
             log.debug("pack run %s attempt %d failed: %s", byte_range, attempt, problem)
-        else:
-            data = None
         if data is None:
             return {digest: problem for digest, _b in members}
         view = memoryview(data)

@@ -9,7 +9,8 @@ as one .tar.zst. Then, alternating, each way restores it into an empty folder:
 
   cachesvc        CacheClient.restore: resolve, presigned GETs, sha256-verified atomic placement
   boto3-threads   the very objects cachesvc stored, boto3 get_object on a 16-thread pool,
-                  zstd-decoded and written (no verification; the listing is given for free)
+                  zstd-decoded and written (no verification; the listing is given for free);
+                  a packed blob is a ranged get_object of its pack, so still one GET per file
   tarball         one get_object of the .tar.zst, stream-decoded and extracted
 """
 from __future__ import annotations
@@ -56,7 +57,8 @@ def restore_boto3(s3: S3Server, bucket: str, listing: List[dict], dest: Path, wo
     def one(item: dict) -> int:
         target = dest / item["root"] / item["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        body = client.get_object(Bucket=bucket, Key=item["key"])["Body"]
+        extra = {"Range": f"bytes={item['range'][0]}-{item['range'][1] - 1}"} if item.get("range") else {}
+        body = client.get_object(Bucket=bucket, Key=item["key"], **extra)["Body"]
         with open(target, "wb") as out:
             if item["encoding"] == "zstd":
                 dctx = zstandard.ZstdDecompressor()
@@ -96,8 +98,13 @@ def listing_of(url: str, token: str, name: str, cache_dir: Path) -> List[dict]:
     for f in answer["files"]:
         blob = answer["blobs"][f["sha256"]]
         suffix = ".zst" if blob["encoding"] == "zstd" else ""
-        rows.append({"root": f["root"], "path": f["path"], "size": f["size"], "encoding": blob["encoding"],
-                     "key": f"{PREFIX}/v1/blobs/{f['sha256'][:2]}/{f['sha256']}{suffix}"})
+        row = {"root": f["root"], "path": f["path"], "size": f["size"], "encoding": blob["encoding"],
+               "key": f"{PREFIX}/v1/blobs/{f['sha256'][:2]}/{f['sha256']}{suffix}"}
+        if blob.get("pack"):  # a packed blob: a ranged GET of its pack, still one GET per file
+            pack = blob["pack_sha256"]
+            row.update(key=f"{PREFIX}/v1/packs/{pack[:2]}/{pack}",
+                       range=(blob["offset"], blob["offset"] + blob["stored_size"]))
+        rows.append(row)
         seen.add(f["sha256"])
     return rows
 

@@ -54,7 +54,8 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
                                           tokens=TTLCache(settings["TOKEN_CACHE_SECONDS"]))
 
     from . import web
-    from .api import admin, blobs, entries, health, metrics as metrics_api, resolve, stats, verdicts, versions
+    from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
+                      verdicts, versions)
     from .api import remote_cache as remote_cache_api
     from .api import require_json_body
     from .metrics import Metrics
@@ -69,7 +70,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
         ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
 
     api = _Api(app)
-    for module in (versions, blobs, resolve, verdicts, entries, stats, admin, health, metrics_api, remote_cache_api):
+    for module in (versions, blobs, packs_api, resolve, verdicts, entries, stats, admin, health, metrics_api, remote_cache_api):
         api.register_blueprint(module.blp)
     app.register_blueprint(web.bp)
     from .scheduler import Scheduler

@@ -234,8 +234,8 @@ def purge(as_json, dry_run, **criteria):
 
 
 def _gc_line(r: dict) -> str:
-    return (f"gc: {r['blobs_deleted']} blobs ({r['bytes_freed']} bytes) deleted, {r['orphans_deleted']} orphan "
-            f"objects, {r['versions_deleted']} dead versions, {r['entries_deleted']} empty entries")
+    return (f"gc: {r['blobs_deleted']} blobs and {r.get('packs_deleted', 0)} packs ({r['bytes_freed']} bytes) "
+            f"deleted, {r['orphans_deleted'] + r.get('orphan_packs_deleted', 0)} orphan objects, {r['versions_deleted']} dead versions, {r['entries_deleted']} empty entries")
 
 
 @main.command()

@@ -27,6 +27,16 @@ every version left then protects, so a blob is collectable exactly when no
 ``version_files`` row and no live remote-cache item names it (items idle for
 ``REMOTE_CACHE_MAX_IDLE_DAYS`` are evicted first: ``cachesvc.remote_cache``).
 
+**Packs** (``cachesvc.packs``) go whole: a pack, its row and its members' blob
+rows are deleted once none of its members is named by a version or a
+remote-cache item. A partly live pack stays as it is, dead members included,
+and those members stay indexed, so a later publish of one finds it stored.
+Purge's ``bytes_freed`` and ``max_total_bytes`` count a packed blob by its
+share of the pack (its stored bytes), so a partly live pack counts as its
+live members. A pack object without a row (uploaded for a publish that never
+committed) is swept only when no version is pending, since packs are named
+in the index only at commit.
+
 **Serialisation.** ``create_version``, ``commit_version`` and purge take the
 *store lock* (``store_lock``) first thing; GC takes it exclusively for each
 batch. A publish therefore runs wholly before a GC batch (its pending version
@@ -56,8 +66,8 @@ from sqlalchemy.orm import Session, selectinload
 from . import index, remote_cache
 from .db import Database
 from .errors import InvalidRequest
-from .models import Blob, Entry, Event, Version, VersionFile, utcnow
-from .storage import Storage, StorageError, blob_key
+from .models import Blob, Entry, Event, Pack, Version, VersionFile, utcnow
+from .storage import Storage, StorageError, blob_key, pack_key
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +76,7 @@ LEASE_MARGIN = dt.timedelta(seconds=120)
 _LOCK_KEY = 0x63616368  # "cach": the advisory-lock key of the store lock
 _BATCH = 500
 _KEY_RE = re.compile(r"^v1/blobs/[0-9a-f]{2}/([0-9a-f]{64})(\.zst)?$")
+_PACK_KEY_RE = re.compile(r"^v1/packs/[0-9a-f]{2}/([0-9a-f]{64})$")
 
 CRITERIA = ("not_restored_for", "older_than", "keep_latest", "torch_version", "name", "device", "max_total_bytes")
 
@@ -251,7 +262,7 @@ def _collect_rows(db: Database, storage: Storage) -> dict:
             with db.session() as s:
                 _sqlite_write_lock(s)
                 rows = s.execute(select(Blob.digest, Blob.encoding, Blob.stored_size)
-                                 .where(Blob.digest > last, _unreferenced(Blob.digest))
+                                 .where(Blob.digest > last, Blob.pack_digest.is_(None), _unreferenced(Blob.digest))
                                  .order_by(Blob.digest).limit(_BATCH)).all()
                 if not rows:
                     break
@@ -266,6 +277,66 @@ def _collect_rows(db: Database, storage: Storage) -> dict:
         deleted += len(rows)
         freed += batch_bytes
     return {"blobs_deleted": deleted, "bytes_freed": freed, "delete_failures": failed}
+
+
+def _delete_packs(storage: Storage, digests: List[str]) -> int:
+    failed = 0
+    for digest in digests:
+        try:
+            storage.delete(pack_key(digest))
+        except StorageError as exc:
+            failed += 1
+            log.warning("gc: could not delete pack %s: %s", digest, exc)
+    return failed
+
+
+def _collect_packs(db: Database, storage: Storage) -> dict:
+    """Packs none of whose members a version or remote-cache item names: objects, pack rows, member rows."""
+    member = Blob.__table__.alias("member")
+    live = exists().where(member.c.pack_digest == Pack.digest, ~_unreferenced(member.c.digest))
+    deleted = freed = failed = 0
+    last = ""
+    while True:
+        sqlite = db.engine.dialect.name != "postgresql"
+        with _gc_lock(db):
+            with db.session() as s:
+                _sqlite_write_lock(s)
+                rows = s.execute(select(Pack.digest, Pack.stored_size).where(Pack.digest > last, ~live)
+                                 .order_by(Pack.digest).limit(_BATCH)).all()
+                if not rows:
+                    break
+                last = rows[-1].digest
+                chunk = [r.digest for r in rows]
+                s.execute(delete(Blob).where(Blob.pack_digest.in_(chunk)))
+                s.execute(delete(Pack).where(Pack.digest.in_(chunk)))
+                batch_bytes = sum(r.stored_size for r in rows)
+                s.add(Event(kind="freed", bytes=batch_bytes))
+                if sqlite:
+                    failed += _delete_packs(storage, chunk)
+            if not sqlite:
+                failed += _delete_packs(storage, chunk)
+        deleted += len(rows)
+        freed += batch_bytes
+    return {"packs_deleted": deleted, "pack_bytes_freed": freed, "pack_delete_failures": failed}
+
+
+def _sweep_orphan_packs(db: Database, storage: Storage) -> int:
+    """Pack objects with no row, when no version is pending (an upload for a pending version may be one)."""
+    with db.session() as s:
+        if s.scalar(select(func.count()).select_from(Version).where(Version.state == "pending")):
+            return 0
+    found = [m.group(1) for m in map(_PACK_KEY_RE.match, storage.iter_keys("v1/packs/")) if m]
+    removed = 0
+    for i in range(0, len(found), _BATCH):
+        chunk = found[i:i + _BATCH]
+        with _gc_lock(db), db.session() as s:
+            _sqlite_write_lock(s)
+            if s.scalar(select(func.count()).select_from(Version).where(Version.state == "pending")):
+                break  # a publish started meanwhile: its packs may be among these
+            rows = set(s.scalars(select(Pack.digest).where(Pack.digest.in_(chunk))))
+            doomed = [d for d in chunk if d not in rows]
+            removed += len(doomed) - _delete_packs(storage, doomed)
+    return removed
 
 
 def _sweep_orphans(db: Database, storage: Storage) -> dict:
@@ -285,7 +356,7 @@ def _sweep_orphans(db: Database, storage: Storage) -> dict:
             named = set(s.scalars(select(VersionFile.digest).where(VersionFile.digest.in_(digests))))
             doomed = [(d, enc) for d, enc in chunk if d not in rows and d not in named]
             removed += len(doomed) - _delete_objects(storage, doomed)
-    return {"orphans_deleted": removed}
+    return {"orphans_deleted": removed, "orphan_packs_deleted": _sweep_orphan_packs(db, storage)}
 
 
 def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime] = None) -> dict:
@@ -298,6 +369,10 @@ def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime
     result = _drop_dead_versions(db, settings, now)
     result.update(remote_cache.evict(db, settings, now))
     result.update(_collect_rows(db, storage))
+    packs = _collect_packs(db, storage)
+    result["bytes_freed"] += packs.pop("pack_bytes_freed")
+    result["delete_failures"] += packs.pop("pack_delete_failures")
+    result.update(packs)
     result.update(_sweep_orphans(db, storage))
     sweep_incoming = getattr(storage, "sweep_incoming", None)  # local backend: uploads cut off mid-body
     lease = settings["UPLOAD_LEASE_SECONDS"] + LEASE_MARGIN.total_seconds()

@@ -24,6 +24,7 @@ and a ``fallback`` event (stats), written in the request by ``hits.write_now``.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import List, Optional, Sequence
 
 from sqlalchemy import and_, func, select
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session, contains_eager
 from cachesvc_client import keys
 
 from . import explain, hits, index
-from .models import Entry, Version, VersionFile
+from .models import Entry, Pack, Version, VersionFile
 from .storage import Storage
 
 STEPS = ("shape", "shapes", "name")
@@ -77,7 +78,7 @@ def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[V
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps: Sequence[str],
             max_bytes: Optional[int] = None) -> Optional[dict]:
     """The first step of ``steps`` that finds versions, as a resolve answer; None when none does."""
-    from .resolving import blob_entry  # resolving imports this module
+    from .resolving import blob_entries  # resolving imports this module
 
     max_bytes = settings["FALLBACK_MAX_BYTES"] if max_bytes is None else max_bytes
     for step in steps:
@@ -91,6 +92,8 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
     files = sorted(session.execute(select(VersionFile).where(VersionFile.version_id.in_(ids))).scalars(),
                    key=lambda f: (rank[f.version_id], f.root, f.path))
     blobs = index.present_blobs(session, {f.digest for f in files})
+    pack_sizes = dict(session.execute(select(Pack.digest, Pack.stored_size).where(
+        Pack.digest.in_({b.pack_digest for b in blobs.values() if b.pack_digest}))).all())
     hits.write_now(session, [(v.entry_id, v.id, v.total_bytes, None) for v in versions], kind="fallback")
     expires = settings["PRESIGN_EXPIRES"]
     return {
@@ -99,8 +102,12 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
         "version": index.version_summary(versions[0]),
         "files": [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
                   for f in files],
-        "blobs": {d: blob_entry(storage, d, b.encoding, b.size, b.stored_size, b.stored_sha256, expires)
-                  for d, b in blobs.items()},
+        "blobs": blob_entries(storage, [SimpleNamespace(digest=d, encoding=b.encoding, blob_size=b.size,
+                                                        stored_size=b.stored_size, stored_sha256=b.stored_sha256,
+                                                         pack_digest=b.pack_digest,
+                                                        pack_offset=b.pack_offset, pack_size=pack_sizes.get(b.pack_digest))
+                                       for d, b in blobs.items()],
+                              expires),
         "fallback": {"step": step, "versions": ids,
                      "entries": [{"entry": index.entry_summary(v.entry), "version_id": v.id,
                                   "differs": explain.differences(v.entry, key)} for v in versions]},

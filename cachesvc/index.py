@@ -13,7 +13,7 @@ from cachesvc_client import keys
 
 from . import verdicts
 from .errors import InvalidRequest, NotFound
-from .models import MAX_ID, Blob, Entry, Event, Version, VersionFile
+from .models import MAX_ID, Blob, Entry, Event, Pack, Version, VersionFile
 
 
 def iso(t: Optional[dt.datetime]) -> Optional[str]:
@@ -37,7 +37,8 @@ def insert_ignore(session: Session, model, rows: List[dict]) -> None:
 
 
 def insert_blobs(session: Session, rows: List[dict]) -> int:
-    """Record stored blobs (ignoring ones already known) and a ``stored`` event with the new bytes."""
+    """Record stored blobs (ignoring ones already known) and a ``stored`` event with the new bytes.
+    All ``rows`` carry the same keys (loose rows and packed rows go in separate calls)."""
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
@@ -99,12 +100,16 @@ def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, st
 def files_with_blobs(session: Session, version_id: int) -> list:
     """The version's files by (root, path), each with its blob's encoding and sizes (None when no blob row).
 
-    Rows: ``root, path, digest, size, mode, encoding, blob_size, stored_size, stored_sha256``; one query.
+    Rows: ``root, path, digest, size, mode, encoding, blob_size, stored_size, stored_sha256, pack_digest,
+    pack_offset, pack_size``; one query.
     """
     return session.execute(
         select(VersionFile.root, VersionFile.path, VersionFile.digest, VersionFile.size, VersionFile.mode,
-               Blob.encoding, Blob.size.label("blob_size"), Blob.stored_size, Blob.stored_sha256)
+               Blob.encoding, Blob.size.label("blob_size"), Blob.stored_size, Blob.stored_sha256, Blob.pack_digest,
+               Blob.pack_offset,
+               Pack.stored_size.label("pack_size"))
         .outerjoin(Blob, Blob.digest == VersionFile.digest)
+        .outerjoin(Pack, Pack.digest == Blob.pack_digest)
         .where(VersionFile.version_id == version_id)
         .order_by(VersionFile.root, VersionFile.path)
     ).all()

@@ -111,9 +111,14 @@ class VersionFile(Base):
 
 
 class Blob(Base):
-    """A stored object: present in storage and verified (local) or stat'ed (S3)."""
+    """A stored object: present in storage and verified (local) or stat'ed (S3).
+
+    A small blob may live in a pack instead of an object of its own: then ``pack_digest`` names
+    the pack and its stored bytes are ``stored_size`` bytes at ``pack_offset`` (``cachesvc.packs``).
+    """
 
     __tablename__ = "blobs"
+    __table_args__ = (Index("ix_blobs_pack_digest", "pack_digest"),)
 
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)          # uncompressed bytes
@@ -123,6 +128,19 @@ class Blob(Base):
     # sha256 of the stored bytes, set only once the service itself has decoded exactly those bytes to
     # ``digest`` (cachesvc.blobs); NULL: unchecked by the service, the client hashes the decoded bytes
     stored_sha256: Mapped[Optional[str]] = mapped_column(String(64))
+    pack_digest: Mapped[Optional[str]] = mapped_column(String(64))  # None: an object of its own
+    pack_offset: Mapped[Optional[int]] = mapped_column(BigInteger)
+
+
+class Pack(Base):
+    """An object holding the stored bytes of several small blobs, back to back; deleted whole by GC
+    once no protecting version names any of its members."""
+
+    __tablename__ = "packs"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the pack's bytes
+    stored_size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class Event(Base):

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import admission, blobs, collect, index, merging
+from . import admission, blobs, collect, index, merging, packs as packs_mod
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Entry, Event, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
@@ -96,7 +96,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
                "targets": {enc: upload_target(storage, d, enc, expires) for enc in ENCODINGS}}
               for d in sorted(set(sizes) - set(present))]
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
-                 "version": index.version_summary(version), "upload": upload}
+                 "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
 
 
 def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int) -> Optional[Tuple[str, int, Optional[str]]]:
@@ -120,7 +120,10 @@ def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int) 
     return None
 
 
-def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict]) -> dict:
+def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
+                   packs: Optional[List[dict]] = None) -> dict:
+    """Commit a pending version once every blob it names is stored, loose or in one of ``packs``
+    (verified first: ``cachesvc.packs.verify``). Raises BlobsMissing, InvalidRequest, Conflict."""
     collect.store_lock(session)
     version = index.get_or_404(session, Version, version_id, "version")
     if version.state == "committed":
@@ -132,7 +135,8 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
 
     sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
                                  .where(VersionFile.version_id == version_id).distinct()).all())
-    needed = set(sizes) - set(index.present_blobs(session, sizes))
+    packed = packs_mod.verify(session, storage, packs or [], sizes)
+    needed = set(sizes) - set(index.present_blobs(session, sizes)) - {r["digest"] for r in packed}
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -147,6 +151,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
         raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
                            f"commit again", {"missing": missing[:1000]})
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
+    direct_bytes += index.insert_blobs(session, packed)
 
     newest = index.newest_committed(session, entry.id, version.kind)
     merging.catch_up(session, version, newest)

@@ -40,11 +40,11 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import blobs, collect, index
+from . import blobs, collect, index, packs
 from .db import Database
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
-from .storage import BlobNotFound, Storage, blob_key
+from .storage import BlobNotFound, Storage
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,7 @@ def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
         log.warning("remote cache item %s/%s names blob %s, which is not stored", cache, key, item.digest)
         return None
     try:
-        with storage.open(blob_key(blob.digest, blob.encoding)) as body:
-            raw = body.read()
+        raw = packs.read_stored(storage, blob)
     except BlobNotFound:  # one lost object: a miss for this key (Inductor compiles and puts it again)
         log.warning("remote cache item %s/%s: blob %s is indexed but missing from storage", cache, key, blob.digest)
         return None
@@ -117,9 +116,14 @@ def put(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
     collect.store_lock(session)  # GC runs wholly before this (the blob row is gone: store it again) or after
     blob = session.get(Blob, digest)
     encoding = blob.encoding if blob is not None else "zstd"
-    if blob is None or storage.stat(blob_key(digest, encoding)) is None:  # new, or its object was lost
+    if blob is None or not packs.stored_somewhere(storage, blob):  # new, or its object was lost
         body = zstandard.ZstdCompressor(level=3).compress(value) if encoding == "zstd" else value
-        index.insert_blobs(session, [blobs.receive(storage, digest, encoding, io.BytesIO(body))])
+        row = blobs.receive(storage, digest, encoding, io.BytesIO(body))
+        if blob is not None and blob.pack_digest is not None:  # its pack was lost: the row names the new object
+            session.execute(update(Blob).where(Blob.digest == digest)
+                            .values(pack_digest=None, pack_offset=None, stored_size=row["stored_size"]))
+        else:
+            index.insert_blobs(session, [row])
     values = {"cache": cache, "env_digest": keys.env_digest(env), "key": key, "env": env, "digest": digest,
               "size": len(value), "created_at": now, "last_used_at": now, "hit_count": 0}
     mod = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite

@@ -75,8 +75,38 @@ class UploadedSchema(Schema):
     encoding = fields.String(required=True, validate=validate.OneOf(["identity", "zstd"]))
 
 
+class PackMemberSchema(Schema):
+    sha256 = fields.String(required=True, validate=_rule(keys.check_digest))
+    offset = fields.Integer(required=True, strict=True, validate=validate.Range(0, 2**40))
+    stored_size = fields.Integer(required=True, strict=True, validate=validate.Range(0, 2**40))
+    encoding = fields.String(required=True, validate=validate.OneOf(["identity", "zstd"]))
+    size = fields.Integer(required=True, strict=True, validate=validate.Range(0, keys.MAX_FILE_SIZE))
+
+
+class PackIndexSchema(Schema):
+    sha256 = fields.String(required=True, validate=_rule(keys.check_digest),
+                           metadata={"description": "sha256 of the pack's bytes (its name)"})
+    members = fields.List(fields.Nested(PackMemberSchema), required=True, validate=validate.Length(min=1, max=100_000))
+
+
 class CommitSchema(Schema):
     uploaded = fields.List(fields.Nested(UploadedSchema), load_default=list)
+    packs = fields.List(fields.Nested(PackIndexSchema), load_default=list, metadata={
+        "description": "packs uploaded for this version, each with where its members lie (cachesvc.packs)"})
+
+
+class PackTargetSchema(Schema):
+    sha256 = fields.String(required=True, validate=_rule(keys.check_digest))
+    size = fields.Integer(required=True, strict=True, validate=validate.Range(0, 2**40))
+
+
+class PackTargetsSchema(Schema):
+    packs = fields.List(fields.Nested(PackTargetSchema), required=True, validate=validate.Length(min=1, max=10_000))
+
+
+class PackPutArgs(Schema):
+    version = fields.Integer(required=True, validate=validate.Range(1, 2**31 - 1),
+                             metadata={"description": "the pending version the pack is for"})
 
 
 class BlobPutArgs(Schema):

@@ -83,8 +83,13 @@ class ServiceAPI:
     def create_version(self, body: dict) -> dict:
         return self.call("POST", "/api/v1/versions", json=body)
 
-    def commit(self, version_id: int, uploaded: list) -> dict:
-        return self.call("POST", f"/api/v1/versions/{version_id}/commit", json={"uploaded": uploaded})
+    def commit(self, version_id: int, uploaded: list, packs: Optional[list] = None) -> dict:
+        body = {"uploaded": uploaded, **({"packs": packs} if packs else {})}  # older services refuse "packs"
+        return self.call("POST", f"/api/v1/versions/{version_id}/commit", json=body)
+
+    def pack_targets(self, version_id: int, packs: list) -> list:
+        """Upload targets ``[{"sha256", "target"}]`` for packs ``[{"sha256", "size"}]`` of a pending version."""
+        return self.call("POST", f"/api/v1/versions/{version_id}/packs", json={"packs": packs})["targets"]
 
     def verdict(self, body: dict) -> dict:
         return self.call("POST", "/api/v1/verdicts", json=body)

@@ -1,12 +1,14 @@
 """Publish: snapshot the roots, send the manifest, upload what the service lacks, commit.
 
 The service answers with the blobs it does not have; only those move, each
-compressed with zstd when that saves at least 10%. Nothing becomes visible
+compressed with zstd when that saves at least 10%. When the service offers
+``packing``, the small ones travel in packs (``cachesvc_client.packing``). Nothing becomes visible
 until ``commit``, which the service accepts only when every blob is stored.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import platform
@@ -14,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, roots as roots_mod, transfer
+from . import __version__, packing, roots as roots_mod, transfer
 from .errors import BlobsMissing, ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
@@ -119,50 +121,73 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         by_digest.setdefault(f["sha256"], where[(f["root"], f["path"])])
     todo = answer["upload"]
 
+    offer = answer.get("packing") or {}
+    small = [i for i in todo if offer and i["size"] < offer["max_member"]]
+    loose = [i for i in todo if not (offer and i["size"] < offer["max_member"])]
+
+    def put(target: dict, body_file, length: int, what: str) -> None:
+        url = api.absolute(target["url"])
+        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+            try:
+                transfer.upload(api.session, {**target, "url": url}, api.auth_headers(url), body_file, length,
+                                transfer_timeout)
+                return
+            except ServiceUnavailable as exc:
+                # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
+                # SDKs retry; so do we. A 4xx is an answer, not a hiccup.
+                if attempt == UPLOAD_ATTEMPTS or (exc.status is not None and exc.status < 500):
+                    raise
+                log.debug("upload of %s failed (%s); retrying", what, exc.message)
+                body_file.seek(0)
+                time.sleep(0.2 * attempt)
+
     def send(item: dict) -> dict:
         digest = item["sha256"]
         encoding, body_file, length = transfer.encode(by_digest[digest], digest)
         try:
-            target = item["targets"][encoding]
-            url = api.absolute(target["url"])
-            for attempt in range(1, UPLOAD_ATTEMPTS + 1):
-                try:
-                    transfer.upload(api.session, {**target, "url": url}, api.auth_headers(url), body_file, length,
-                                    transfer_timeout)
-                    break
-                except ServiceUnavailable as exc:
-                    # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
-                    # SDKs retry; so do we. A 4xx is an answer, not a hiccup.
-                    if attempt == UPLOAD_ATTEMPTS or (exc.status is not None and exc.status < 500):
-                        raise
-                    log.debug("upload of %s failed (%s); retrying", digest[:12], exc.message)
-                    body_file.seek(0)
-                    time.sleep(0.2 * attempt)
+            put(item["targets"][encoding], body_file, length, digest[:12])
         finally:
             body_file.close()
         progress.advance(1, item["size"])
         return {"sha256": digest, "encoding": encoding, "length": length}
 
+    def send_pack(group: List[dict]) -> dict:
+        index, data = packing.build(group, by_digest)
+        target = api.pack_targets(report.version_id, [{"sha256": index["sha256"], "size": len(data)}])[0]["target"]
+        put(target, io.BytesIO(data), len(data), f"pack {index['sha256'][:12]}")
+        progress.advance(len(group), sum(i["size"] for i in group))
+        return {**index, "length": len(data), "group": group}
+
+    groups = list(packing.groups(small, offer.get("target_size", 0))) if small else []
     with Progress(f"publish {key['name']}", len(todo), sum(i["size"] for i in todo), log) as progress:
-        sent = pool_map(send, todo, workers)
+        # packs first: a few large bodies, then the loose blobs fill the workers
+        packs = pool_map(send_pack, groups, workers) if groups else []
+        sent = pool_map(send, loose, workers)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                done = api.commit(report.version_id, [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent])
+                done = api.commit(report.version_id, [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent],
+                                  [{"sha256": p["sha256"], "members": p["members"]} for p in packs])
                 break
             except BlobsMissing as exc:
                 # A blob we uploaded is not in storage at commit: another publisher of the same blob
                 # was overwriting it at that instant (some S3 servers delete, then rename), or it was
                 # lost. We still hold the file: upload those again and commit again.
                 missing = set((exc.details or {}).get("missing", []))
-                again = [item for item in todo if item["sha256"] in missing]
-                if attempt == COMMIT_ATTEMPTS or not again or len(again) < len(missing):
+                missing_packs = set((exc.details or {}).get("missing_packs", []))
+                again = [item for item in loose if item["sha256"] in missing]
+                packs_again = [p for p in packs if p["sha256"] in missing_packs]
+                if (attempt == COMMIT_ATTEMPTS or not (again or packs_again) or len(again) < len(missing)
+                        or len(packs_again) < len(missing_packs)):
                     raise
-                log.info("commit of version %s found %d blob(s) missing; uploading them again", report.version_id,
-                         len(again))
+                log.info("commit of version %s found %d blob(s) and %d pack(s) missing; uploading them again",
+                         report.version_id, len(again), len(packs_again))
                 redone = {s["sha256"]: s for s in pool_map(send, again, workers)}
                 sent = [redone.get(s["sha256"], s) for s in sent]
-    report.uploaded_blobs = len(sent)
-    report.uploaded_bytes = sum(s["length"] for s in sent)
+                repacked = {p["sha256"]: p for p in pool_map(send_pack, [p["group"] for p in packs_again], workers)}
+                packs = [repacked.get(p["sha256"], p) for p in packs]
+    report.uploaded_blobs = len(sent) + sum(len(p["members"]) for p in packs)
+    report.uploaded_bytes = sum(s["length"] for s in sent) + sum(p["length"] for p in packs)
+    report.uploaded_packs = len(packs)
     report.status = done["status"]
     report.version_id = done["version"]["id"]
     report.files, report.bytes = done["version"]["file_count"], done["version"]["total_bytes"]  # merged

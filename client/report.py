@@ -84,6 +84,7 @@ class PublishReport:
     bytes: int = 0            # logical bytes in the version
     uploaded_blobs: int = 0
     uploaded_bytes: int = 0   # bytes sent (as stored, possibly compressed)
+    uploaded_packs: int = 0   # of the uploaded blobs, how many packs the small ones travelled in
     seconds: float = 0.0
     roots: Dict[str, str] = field(default_factory=dict)
     admitted: bool = True     # False: skipped by the admission rule (nothing sent)

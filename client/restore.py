@@ -10,6 +10,9 @@ Guarantees:
   interrupted restore leaves only whole files (plus ``.cachesvc-<pid>-*.tmp``
   leftovers, which publish ignores and the next restore removes once their
   process is gone).
+- Small blobs may lie in packs (``cachesvc_client.packing``): a pack is read
+  whole or by ``Range`` runs, and each member is decoded, verified and placed
+  on its own, so a bad member fails only its files.
 - Files already present with the right content are not fetched again; files
   the restore did not bring are never touched.
 - One restore at a time per cache dir (a file lock), so ranks on one host
@@ -38,7 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from filelock import FileLock, Timeout
 
-from . import keys, roots as roots_mod, transfer
+from . import keys, packing, roots as roots_mod, transfer
 from .errors import CacheClientError, IntegrityError, ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
@@ -336,23 +339,84 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
             log.debug("blob %s attempt %d failed: %s", digest[:12], attempt, problem)
         return problem
 
+    def fetch_run(pack_url: str, byte_range, members: list) -> Dict[str, Optional[str]]:
+        """One GET of a pack (a run of its members, or all of it); each member is verified and placed on
+        its own, so a bad member fails only its files. Returns digest -> problem (None: placed)."""
+        url = api.absolute(pack_url)
+        out: Dict[str, Optional[str]] = {}
+        problem, data, base = "", None, 0
+        for attempt in (1, 2):
+            if storage_down.is_set():
+                problem = "storage unreachable; gave up"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                problem = "the restore's time budget ran out"
+                break
+            try:
+                data, base = transfer.fetch_bytes(url, api.auth_headers(url), byte_range, stall_timeout,
+                                                  lambda n: progress.advance(0, n), cutoff,
+                                                  what=f"pack {members[0][1].get('pack_sha256', '')[:12]}")
+                break
+            except ServiceUnavailable as exc:
+                problem = exc.message
+                if attempt == 2:
+                    storage_down.set()
+            except (CacheClientError, OSError) as exc:
+                problem = getattr(exc, "message", None) or str(exc)
+            log.debug("pack run %s attempt %d failed: %s", byte_range, attempt, problem)
+        if data is None:
+            return {digest: problem for digest, _b in members}
+        view = memoryview(data)
+        for digest, b in members:
+            targets = wanted[digest]
+            lo = b["offset"] - base
+            try:
+                if lo < 0 or lo + b["stored_size"] > len(data):
+                    raise IntegrityError(f"blob {digest[:12]}: its pack slice lies outside the bytes received")
+                os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
+                tmp = transfer.write_member(view[lo:lo + b["stored_size"]], b["encoding"], digest, b["size"],
+                                            os.path.dirname(targets[0][0]))
+                for t, _mode in targets[1:]:
+                    os.makedirs(os.path.dirname(t), exist_ok=True)
+                _place(tmp, targets)
+                progress.advance(len(targets), 0)
+                out[digest] = None
+            except (CacheClientError, OSError) as exc:
+                out[digest] = getattr(exc, "message", None) or str(exc)
+        return out
+
+    # Packed blobs: grouped by pack, read in runs (cachesvc_client.packing); the rest one GET each.
+    by_pack: Dict[str, list] = {}
+    for d in wanted:
+        if blobs[d].get("pack"):
+            by_pack.setdefault(blobs[d]["pack_sha256"], []).append((d, blobs[d]))
+    jobs = [(members[0][1]["pack"], rng, run) for members in by_pack.values()
+            for rng, run in packing.runs(members, members[0][1].get("pack_size"))]
+    loose = [d for d in wanted if not blobs[d].get("pack")]
+
     nfiles = sum(len(t) for t in wanted.values())
     with Progress(f"restore {report.name}", nfiles, total, log) as progress, transfer.Cutoff(deadline) as cutoff:
         # Largest first: a restore's critical path is its biggest blob (a 150 MB
-        # precompiled header on CPU); started at once, the small ones fill the
-        # other workers around it instead of delaying it.
-        order = sorted(wanted, key=lambda d: blobs[d]["size"], reverse=True)
-        missing = set()
+        # precompiled header on CPU); started at once, the small ones (and the
+        # pack runs) fill the other workers around it instead of delaying it.
+        order = sorted(loose, key=lambda d: blobs[d]["size"], reverse=True)
+        problems: Dict[str, Optional[str]] = {}
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for digest, problem in zip(order, pool.map(fetch, order)):
-                targets = wanted[digest]
-                if problem is None:
-                    report.files += len(targets)
-                    report.bytes += blobs[digest]["stored_size"]
-                    report.bytes_written += blobs[digest]["size"] * len(targets)
-                else:
-                    for t, _ in targets:
-                        report.failed.append(f"{t}: {problem}")
-                        missing.add(t)
+            loose_done = pool.map(fetch, order)
+            runs_done = pool.map(lambda job: fetch_run(*job), jobs)
+            problems.update(zip(order, loose_done))
+            for got in runs_done:
+                problems.update(got)
+        missing = set()
+        for digest, problem in problems.items():
+            targets = wanted[digest]
+            if problem is None:
+                report.files += len(targets)
+                report.bytes += blobs[digest]["stored_size"]
+                report.bytes_written += blobs[digest]["size"] * len(targets)
+            else:
+                for t, _ in targets:
+                    report.failed.append(f"{t}: {problem}")
+                    missing.add(t)
     stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing},
                {"versions": report.versions, "fallback": report.fallback, "restored_at": report.started_at})

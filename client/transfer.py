@@ -384,6 +384,79 @@ def _fetch_into(sink: "_HashingWriter", url: str, headers: dict, encoding: str, 
             resp.close()  # an error mid-body: this connection must not be reused
 
 
+def fetch_bytes(url: str, headers: dict, byte_range: Optional[Tuple[int, int]], stall_timeout: float,
+                on_bytes: Callable[[int], None], cutoff: Optional[Cutoff] = None, what: str = "pack") -> Tuple[bytes, int]:
+    """GET ``url`` (a pack), the bytes ``[start, end)`` of ``byte_range`` or all of it; return (data, the
+    offset in the object where ``data`` starts). A server that ignores ``Range`` (200) is fine: the whole
+    object comes back with offset 0. Raises ServiceUnavailable (transfer failed, stalled, cut off),
+    IntegrityError (fewer bytes than asked for), another CacheClientError for an error answer."""
+    if byte_range is not None:
+        headers = {**headers, "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
+    deadline = cutoff.deadline if cutoff is not None else None
+    resp = None
+    try:
+        wait = stall_timeout
+        if deadline is not None:
+            wait = max(0.05, min(stall_timeout, deadline - time.monotonic()))
+        resp = _pool(url).request("GET", url, headers=headers, preload_content=False, retries=False,
+                                  timeout=urllib3.Timeout(connect=min(10.0, wait), read=wait))
+        if deadline is not None:
+            cutoff.add(resp)
+        if resp.status >= 400:
+            raise_for_response(_ErrorView("GET", url, resp.status, resp.reason, resp.read(65536)))
+        chunks = []
+        for chunk in resp.stream(CHUNK):
+            on_bytes(len(chunk))
+            chunks.append(chunk)
+        resp.release_conn()
+        resp_status, content_range, resp = resp.status, resp.headers.get("Content-Range"), None
+    except urllib3.exceptions.HTTPError as exc:
+        _check_deadline(deadline, what)
+        raise ServiceUnavailable(f"{what}: transfer failed: {exc}") from None
+    finally:
+        if cutoff is not None and resp is not None:
+            cutoff.discard(resp)
+        if resp is not None:
+            resp.close()
+    data = b"".join(chunks)
+    # Where the bytes start: Content-Range says (some S3 servers send it with a 200), else a 206 is the
+    # range asked for, else the server ignored Range and sent it all.
+    base = _range_start(content_range) if content_range else (
+        byte_range[0] if byte_range is not None and resp_status == 206 else 0)
+    if byte_range is not None and base + len(data) < byte_range[1]:
+        raise IntegrityError(f"{what}: got {len(data)} bytes from offset {base}, wanted up to {byte_range[1]}")
+    return data, base
+
+
+def _range_start(content_range: str) -> int:
+    """The first byte's offset from a ``Content-Range: bytes <first>-<last>/<size>`` header."""
+    try:
+        return int(content_range.split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        raise IntegrityError(f"unreadable Content-Range {content_range!r}") from None
+
+
+def write_member(data, encoding: str, digest: str, size: int, dest_dir: str) -> str:
+    """Decode one pack member's stored bytes, check size and sha256, and write them to a new temp file in
+    ``dest_dir``; return its path. Raises IntegrityError (nothing left behind), OSError."""
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=size) if encoding == "zstd" else data
+    except zstandard.ZstdError as exc:
+        raise IntegrityError(f"blob {digest[:12]}: bad zstd data in its pack: {exc}") from None
+    got = hashlib.sha256(raw).hexdigest()
+    if len(raw) != size or got != digest:
+        raise IntegrityError(f"blob {digest[:12]}: its pack slice decodes to {len(raw)} bytes hashing to "
+                             f"{got[:12]}, expected {size} bytes with sha256 {digest[:12]}")
+    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".cachesvc-{os.getpid()}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
 def encode(path: str, digest: str) -> Tuple[str, BinaryIO, int]:
     """Read ``path`` once: check its sha256 and choose identity or zstd.
 

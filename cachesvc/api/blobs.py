@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from cachesvc_client import keys
 
-from .. import blobs, index, metrics
+from .. import blobs, index, metrics, packs
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Blob, Version, VersionFile
 from ..schemas import BlobPutArgs
@@ -65,11 +65,14 @@ def get(sha256):
         if blob is None:
             raise NotFound(f"blob {digest} is not stored")
         encoding, size, stored = blob.encoding, blob.size, blob.stored_size
+        s.expunge(blob)
     key = blob_key(digest, encoding)
     headers = {"X-Cachesvc-Encoding": encoding, "X-Cachesvc-Size": str(size)}
     path = svc.storage.local_path(key)
     try:
-        if path is not None:
+        if blob.pack_digest is not None:  # a slice of its pack (older clients know only this URL)
+            resp = Response(packs.read_stored(svc.storage, blob), mimetype="application/octet-stream")
+        elif path is not None:
             resp = send_file(path, mimetype="application/octet-stream", conditional=False, etag=False)
         else:
             body = svc.storage.open(key)

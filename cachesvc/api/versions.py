@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from flask_smorest import Blueprint
 
-from .. import audit, index, metrics, publishing
+from .. import audit, index, metrics, packs, publishing
 from ..auth import requires
 from ..models import Version, VersionFile
-from ..schemas import CommitSchema, PublishSchema
+from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema
 from . import services
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
@@ -46,7 +46,7 @@ def commit(body, version_id):
     """Make a pending version visible, once every blob it names is stored (409 `blobs_missing` otherwise)."""
     svc = services()
     with svc.db.session() as s:
-        result = publishing.commit_version(s, svc.storage, version_id, body["uploaded"])
+        result = publishing.commit_version(s, svc.storage, version_id, body["uploaded"], body["packs"])
         if result.pop("new", False):
             v = result["version"]
             audit.record(s, "publish", audit.request_actor(), f"entry {v['entry_id']} version {v['id']}",
@@ -57,6 +57,19 @@ def commit(body, version_id):
         result.pop("new_stored_bytes", None)
         result.pop("direct_bytes", None)
         return result
+
+
+@blp.route("/<int:version_id>/packs", methods=["POST"])
+@requires("write")
+@blp.arguments(PackTargetsSchema)
+@blp.response(200)
+def pack_targets(body, version_id):
+    """Upload targets for the packs of a pending version (see `packing` in the publish answer): one
+    `{sha256, target}` per pack, the target a presigned PUT or `PUT /api/v1/packs/<sha256>`."""
+    svc = services()
+    with svc.db.session() as s:
+        return {"targets": packs.upload_targets(s, svc.storage, version_id, body["packs"],
+                                                svc.settings["PRESIGN_EXPIRES"])}
 
 
 @blp.route("/<int:version_id>", methods=["GET"])

@@ -4,6 +4,10 @@ Object layout (the same on both backends)::
 
     [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>        identity encoding
     [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>.zst    zstd frame of the same bytes
+    [<prefix>/]v1/packs/<sha256[:2]>/<sha256>        a pack: small blobs' stored bytes, concatenated
+
+A pack is named by the sha256 of its own bytes; where each member lies in it
+(offset, stored size, encoding) is in the index (``cachesvc.packs``).
 
 The sha256 is always that of the *uncompressed* content, so a blob keeps its
 name whatever encoding the publisher chose. ``v1`` leaves room to change the
@@ -33,6 +37,11 @@ def blob_key(digest: str, encoding: str) -> str:
     return f"v1/blobs/{digest[:2]}/{digest}{_SUFFIX[encoding]}"
 
 
+def pack_key(digest: str) -> str:
+    """Object key of a pack, relative to the backend's prefix."""
+    return f"v1/packs/{digest[:2]}/{digest}"
+
+
 class Storage(abc.ABC):
     """Keys are '/'-separated strings relative to the backend's root/prefix.
 
@@ -46,6 +55,21 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def open(self, key: str) -> BinaryIO:
         """A readable stream of the object; raises BlobNotFound."""
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of the object from ``offset``; raises BlobNotFound, and StorageError when
+        the object is shorter."""
+        with self.open(key) as body:
+            skip = offset
+            while skip:
+                got = body.read(min(skip, 1 << 20))
+                if not got:
+                    break
+                skip -= len(got)
+            data = body.read(length)
+        if skip or len(data) != length:
+            raise StorageError(f"{key} is shorter than {offset} + {length} bytes")
+        return data
 
     @abc.abstractmethod
     def stat(self, key: str) -> Optional[int]:

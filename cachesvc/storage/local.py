@@ -64,6 +64,14 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot read {key}: {exc}") from None
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        with self.open(key) as f:
+            f.seek(offset)
+            data = f.read(length)
+        if len(data) != length:
+            raise StorageError(f"{key} is shorter than {offset} + {length} bytes")
+        return data
+
     def stat(self, key: str) -> Optional[int]:
         try:
             st = self._path(key).stat()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, update
 
-from cachesvc.models import Version, VersionFile
+from cachesvc.models import Blob, Version, VersionFile
+from cachesvc.storage import pack_key
 from cachesvc_client import CacheClient, CacheClientError
 from tests.helpers import ENV, sha
 
@@ -159,9 +160,14 @@ def test_restore_of_unknown_key_is_a_miss_with_a_reason(published, tmp_path, mon
 def test_corrupt_blob_is_never_written_and_is_named_in_the_report(published, tmp_path, monkeypatch):
     server, a, files = published
     victim = files[a / "cache/sj/csj.main.cpp"]
-    blob_dir = Path(server.app.extensions["cachesvc"].storage.root)
-    stored = next(p for p in blob_dir.rglob(f"{sha(victim)}*"))
-    stored.write_bytes(b"tampered" * 10)
+    svc = server.app.extensions["cachesvc"]
+    with svc.db.session() as s:  # a small file travels in a pack: damage its member in place
+        blob = s.get(Blob, sha(victim))
+        pack, offset, length = blob.pack_digest, blob.pack_offset, blob.stored_size
+    assert pack is not None
+    with open(svc.storage.local_path(pack_key(pack)), "r+b") as f:
+        f.seek(offset)
+        f.write(b"T" * length)
     b = enter_container(monkeypatch, tmp_path / "b")
     report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
     assert report.hit and len(report.failed) == 1 and "csj.main.cpp" in report.failed[0]

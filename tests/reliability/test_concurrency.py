@@ -18,9 +18,9 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from cachesvc import config, db as cachesvc_db
-from cachesvc.models import Version, VersionFile
-from cachesvc.storage import blob_key, from_url
+from cachesvc import config, db as cachesvc_db, packs
+from cachesvc.models import Blob, Version, VersionFile
+from cachesvc.storage import from_url
 from cachesvc_client import CacheClient
 from tests.helpers import ENV
 from tests.reliability.conftest import (ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files,
@@ -160,10 +160,17 @@ def test_concurrency_8_processes_publish_different_content_no_blob_lost(tmp_path
 
     settings = config.load({"DATABASE_URL": postgres_url, **s3_server.settings(bucket, "cachesvc")}, environ={})
     storage = from_url(settings["STORAGE_URL"], settings)
-    for vid, names in digests.items():  # no blob lost: every file of every version is stored
+    db = cachesvc_db.Database(postgres_url)
+    try:
+        with db.session() as s:
+            rows = {b.digest: b for b in s.scalars(select(Blob))}
+            s.expunge_all()
+    finally:
+        db.engine.dispose()
+    for vid, names in digests.items():  # no blob lost: every file of every version is stored (loose or packed)
         assert len(names) == 7
         for d in names:
-            assert any(storage.stat(blob_key(d, enc)) is not None for enc in ("identity", "zstd")), (vid, d)
+            assert d in rows and packs.stored_somewhere(storage, rows[d]), (vid, d)
     newest = max(reports, key=lambda r: r["version_id"])
     i = next(i for i, r in enumerate(reports) if r is newest)
     restored = CacheClient(svc.url, svc.token, cache_dir=str(tmp_path / "ctr"), timeout=30).restore(NAME, SHAPE,

@@ -23,6 +23,9 @@ ROUTES = [
     ("GET", "/api/v1/versions/1", "read"),
     ("PUT", f"/api/v1/blobs/{DIGEST}", "write"),
     ("GET", f"/api/v1/blobs/{DIGEST}", "read"),
+    ("POST", "/api/v1/versions/1/packs", "write"),
+    ("PUT", f"/api/v1/packs/{DIGEST}", "write"),
+    ("GET", f"/api/v1/packs/{DIGEST}", "read"),
     ("GET", "/api/v1/resolve", "read"),
     ("POST", "/api/v1/verdicts", "read"),  # restoring processes hold read tokens
     ("GET", "/api/v1/entries", "read"),

@@ -1,19 +1,19 @@
 """blobs.stored_sha256: the sha256 of a blob's stored bytes, once the service has checked them
 
-Revision ID: 0006b_stored_digest
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-29 14:30:00
 
 Set by the service when it has decoded the stored bytes itself (upload through
 the service, or read back at commit); NULL for rows from before and for blobs it
-did not read. ``down_revision`` is re-chained after 0006_packs at merge.
+did not read.
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = "0006b_stored_digest"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

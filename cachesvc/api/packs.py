@@ -1,0 +1,95 @@
+"""Pack bytes through the service: used by the local backend (and S3 with presigning off)."""
+from __future__ import annotations
+
+from flask import request, send_file
+from flask_smorest import Blueprint
+from sqlalchemy import select
+
+from cachesvc_client import keys
+
+from .. import metrics, packs
+from ..auth import requires
+from ..errors import InvalidRequest, NotFound, Unavailable
+from ..models import Pack, Version
+from ..schemas import PackPutArgs
+from ..storage import BlobNotFound, StorageError, pack_key
+from . import services
+
+blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")
+
+_BINARY = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def _digest(value: str) -> str:
+    try:
+        return keys.check_digest(value)
+    except keys.InvalidKey as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+@blp.route("/<sha256>", methods=["PUT"])
+@requires("write")
+@blp.arguments(PackPutArgs, location="query")
+@blp.response(201)
+@blp.doc(requestBody={"required": True, **_BINARY})
+def put(args, sha256):
+    """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
+    digest = _digest(sha256)
+    svc = services()
+    with svc.db.session() as s:
+        version = s.get(Version, args["version"])
+        if version is None or version.state != "pending":
+            raise InvalidRequest(f"version {args['version']} is not a pending version; publish a manifest first")
+    request.max_content_length = packs.MAX_PACK
+    try:
+        size = packs.receive(svc.storage, digest, request.stream)
+    except StorageError as exc:
+        raise Unavailable(f"pack storage failed: {exc}") from None
+    metrics.current().bytes_in.labels("service").inc(size)
+    return {"sha256": digest, "stored_size": size}
+
+
+@blp.route("/<sha256>", methods=["GET"])
+@requires("read")
+@blp.response(200, description="The pack's bytes; `Range` requests are answered with 206",
+              content_type="application/octet-stream")
+def get(sha256):
+    """Download a pack, whole or a `Range` of it."""
+    digest = _digest(sha256)
+    svc = services()
+    with svc.db.session() as s:
+        if s.scalar(select(Pack.digest).where(Pack.digest == digest)) is None:
+            raise NotFound(f"pack {digest} is not stored")
+    path = svc.storage.local_path(pack_key(digest))
+    try:
+        if path is None:  # S3 with presigning off: the range is read from storage
+            return _from_storage(svc.storage, digest)
+        resp = send_file(path, mimetype="application/octet-stream", conditional=True, etag=False)
+    except (FileNotFoundError, BlobNotFound):
+        raise NotFound(f"pack {digest} is indexed but missing from storage") from None
+    except StorageError as exc:
+        raise Unavailable(f"pack storage failed: {exc}") from None
+    metrics.current().bytes_out.labels("service").inc(resp.content_length or 0)
+    return resp
+
+
+def _from_storage(storage, digest: str):
+    from flask import Response
+
+    key = pack_key(digest)
+    size = storage.stat(key)
+    if size is None:
+        raise BlobNotFound(key)
+    rng = request.range
+    if rng is not None and len(rng.ranges) == 1:
+        start, stop = rng.range_for_length(size) or (None, None)
+        if start is None:
+            return Response(status=416, headers={"Content-Range": f"bytes */{size}"})
+        data = storage.read_range(key, start, stop - start)
+        resp = Response(data, status=206, mimetype="application/octet-stream")
+        resp.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+    else:
+        data = storage.read_range(key, 0, size)
+        resp = Response(data, mimetype="application/octet-stream")
+    metrics.current().bytes_out.labels("service").inc(len(data))
+    return resp

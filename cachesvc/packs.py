@@ -1,0 +1,203 @@
+"""Packs: many small blobs in one stored object, so a restore makes a few GETs instead of thousands.
+
+A pack is the concatenation of its members' *stored* bytes (each member zstd
+or identity, as a loose blob would be), stored at ``pack_key(<sha256 of the
+pack>)``. The publisher builds them (``cachesvc_client.packing``) from the
+small blobs the service reported missing, uploads each like a blob (a
+presigned PUT, or ``PUT /api/v1/packs/<sha256>`` through the service) and
+names them in its commit with each member's ``sha256, offset, stored_size,
+encoding, size``.
+
+Commit verifies before it records (``verify``): it reads each pack once,
+checks the pack's own sha256, decodes every member and checks its sha256 and
+size; one bad member fails the whole commit with a 400 and records nothing.
+A member becomes a ``blobs`` row with ``pack_digest`` / ``pack_offset``; a
+blob already stored (loose or in another pack) keeps its row, so nothing is
+ever packed twice. GC deletes a pack whole once no protecting version names
+any of its members (``cachesvc.collect``).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO, Dict, List, Optional, Tuple
+
+import zstandard
+from sqlalchemy.orm import Session
+
+from . import index
+from .errors import BlobsMissing, InvalidRequest, PayloadTooLarge
+from .models import Blob, Pack, Version, utcnow
+from .storage import BlobNotFound, Storage, blob_key, pack_key
+
+#: blobs smaller than this (decoded) are packed by the client
+MAX_MEMBER = 256 << 10
+#: packs are cut at this many stored bytes by the client
+TARGET_PACK = 16 << 20
+#: the largest pack the service accepts (the client's target plus one member, with room to spare)
+MAX_PACK = 64 << 20
+CHUNK = 1 << 20
+
+
+def advertised() -> dict:
+    """What the publish answer tells a client about packing (an older service says nothing: no packs)."""
+    return {"max_member": MAX_MEMBER, "target_size": TARGET_PACK, "max_size": MAX_PACK}
+
+
+def pack_url(storage: Storage, digest: str, expires: int) -> str:
+    return storage.download_url(pack_key(digest), expires) or f"/api/v1/packs/{digest}"
+
+
+def upload_targets(session: Session, storage: Storage, version_id: int, packs: List[dict], expires: int) -> List[dict]:
+    """Where to PUT each pack of a pending version: ``[{"sha256", "target"}]``."""
+    version = index.get_or_404(session, Version, version_id, "version")
+    if version.state != "pending":
+        raise InvalidRequest(f"version {version_id} is {version.state}; packs are uploaded for a pending version")
+    out = []
+    for p in packs:
+        if p["size"] > MAX_PACK:
+            raise PayloadTooLarge(f"pack {p['sha256']} is {p['size']} bytes; the limit is {MAX_PACK}")
+        target = storage.upload_target(pack_key(p["sha256"]), expires)
+        if target is None:
+            target = {"method": "PUT", "url": f"/api/v1/packs/{p['sha256']}?version={version_id}", "headers": {}}
+        out.append({"sha256": p["sha256"], "target": target})
+    return out
+
+
+def receive(storage: Storage, digest: str, body: BinaryIO) -> int:
+    """Store ``body`` as pack ``digest`` if it hashes to it; return its size. Raises InvalidRequest."""
+    tmp_dir = getattr(storage, "temp_dir", tempfile.gettempdir)()
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-pack-")
+    sha, size = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in iter(lambda: body.read(CHUNK), b""):
+                size += len(chunk)
+                if size > MAX_PACK:
+                    raise PayloadTooLarge(f"pack {digest} is over the {MAX_PACK}-byte limit")
+                sha.update(chunk)
+                out.write(chunk)
+        if sha.hexdigest() != digest:
+            raise InvalidRequest(f"body hashes to sha256 {sha.hexdigest()}, not {digest}; nothing was stored",
+                                 {"expected": digest, "actual": sha.hexdigest()})
+        storage.put_file(pack_key(digest), tmp)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return size
+
+
+def _check_layout(pack: dict, sizes: Dict[str, int]) -> None:
+    """Members lie in order without overlap, and each is a blob of the version with its size."""
+    end = 0
+    for m in sorted(pack["members"], key=lambda m: m["offset"]):
+        if m["offset"] < end:
+            raise InvalidRequest(f"pack {pack['sha256']}: member {m['sha256']} overlaps the one before it")
+        end = m["offset"] + m["stored_size"]
+        if m["sha256"] not in sizes:
+            raise InvalidRequest(f"pack {pack['sha256']}: member {m['sha256']} is not a file of this version")
+        if m["size"] != sizes[m["sha256"]]:
+            raise InvalidRequest(f"pack {pack['sha256']}: member {m['sha256']} is listed with size {m['size']}, "
+                                 f"the manifest says {sizes[m['sha256']]}")
+        if m["size"] > MAX_MEMBER or m["stored_size"] > MAX_PACK:
+            raise InvalidRequest(f"pack {pack['sha256']}: member {m['sha256']} is too large to pack "
+                                 f"(blobs of {MAX_MEMBER} bytes and more are uploaded loose)")
+
+
+def _decode(data: bytes, encoding: str, size: int) -> Optional[bytes]:
+    try:
+        if encoding == "zstd":
+            dec = zstandard.ZstdDecompressor().decompressobj()
+            out = dec.decompress(data)
+            if not dec.eof or dec.unused_data:
+                return None
+            return out
+    except zstandard.ZstdError:
+        return None
+    return data
+
+
+def _verify_one(storage: Storage, pack: dict) -> Tuple[Optional[str], int]:
+    """(None, the pack's size) when the pack is stored and every member checks out; else (what is wrong,
+    0), "missing" when the pack is not in storage. Reads the pack once."""
+    digest = pack["sha256"]
+    size = storage.stat(pack_key(digest))
+    if size is None:
+        return "missing", 0
+    if size > MAX_PACK:
+        return f"pack {digest} is {size} bytes, over the {MAX_PACK}-byte limit", 0
+    try:
+        with storage.open(pack_key(digest)) as body:
+            data = body.read()
+    except BlobNotFound:  # deleted since the stat
+        return "missing", 0
+    if hashlib.sha256(data).hexdigest() != digest:
+        return f"pack {digest}: the stored bytes do not hash to its name", 0
+    return _check_members(data, pack), len(data)
+
+
+def _check_members(data: bytes, pack: dict) -> Optional[str]:
+    digest = pack["sha256"]
+    for m in pack["members"]:
+        end = m["offset"] + m["stored_size"]
+        if end > len(data):
+            return f"pack {digest}: member {m['sha256']} ends at {end}, past the pack's {len(data)} bytes"
+        raw = _decode(data[m["offset"]:end], m["encoding"], m["size"])
+        if raw is None:
+            return f"pack {digest}: member {m['sha256']} is not a whole zstd frame"
+        if len(raw) != m["size"] or hashlib.sha256(raw).hexdigest() != m["sha256"]:
+            return (f"pack {digest}: member {m['sha256']} decodes to {len(raw)} bytes hashing to "
+                    f"{hashlib.sha256(raw).hexdigest()}")
+    return None
+
+
+def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[str, int]) -> List[dict]:
+    """Check the version's packs (see the module docstring) and return the ``blobs`` rows of their members
+    not stored yet; record the packs. Raises InvalidRequest on a bad pack or member (nothing recorded:
+    the caller's transaction rolls back), BlobsMissing (``details.missing_packs``) when a pack is not
+    in storage."""
+    seen = set()
+    for p in packs:
+        if p["sha256"] in seen:
+            raise InvalidRequest(f"pack {p['sha256']} is listed twice")
+        seen.add(p["sha256"])
+        _check_layout(p, sizes)
+    members = [m["sha256"] for p in packs for m in p["members"]]
+    if len(members) != len(set(members)):
+        raise InvalidRequest("a blob is listed as a member of more than one pack, or twice in one")
+    # A pack already recorded (the same bytes from another publisher) is read again all the same:
+    # this commit's claims about where members lie in it are what is checked.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        checked = list(pool.map(lambda p: _verify_one(storage, p), packs))
+    problems = [why for why, _size in checked]
+    missing = [p["sha256"] for p, why in zip(packs, problems) if why == "missing"]
+    bad = [why for why in problems if why not in (None, "missing")]
+    if bad:
+        raise InvalidRequest(f"{len(bad)} pack(s) failed verification; nothing was recorded: {bad[0]}",
+                             {"problems": bad[:100]})
+    if missing:
+        raise BlobsMissing(f"{len(missing)} pack(s) are not in storage; upload them and commit again",
+                           {"missing": [], "missing_packs": missing})
+    now = utcnow()
+    index.insert_ignore(session, Pack, [{"digest": p["sha256"], "stored_size": size, "created_at": now}
+                                        for p, (_why, size) in zip(packs, checked)])
+    present = set(index.present_blobs(session, members))
+    return [{"digest": m["sha256"], "size": m["size"], "stored_size": m["stored_size"], "encoding": m["encoding"],
+             "created_at": now, "pack_digest": p["sha256"], "pack_offset": m["offset"]}
+            for p in packs for m in p["members"] if m["sha256"] not in present]
+
+
+def read_stored(storage: Storage, blob: Blob) -> bytes:
+    """A blob's stored bytes (encoded as ``blob.encoding``), loose or packed. Raises BlobNotFound, StorageError."""
+    if blob.pack_digest is None:
+        with storage.open(blob_key(blob.digest, blob.encoding)) as body:
+            return body.read()
+    return storage.read_range(pack_key(blob.pack_digest), blob.pack_offset, blob.stored_size)
+
+
+def stored_somewhere(storage: Storage, blob: Blob) -> bool:
+    """Whether the object holding ``blob`` exists (its own, or its pack)."""
+    key = blob_key(blob.digest, blob.encoding) if blob.pack_digest is None else pack_key(blob.pack_digest)
+    return storage.stat(key) is not None

@@ -212,10 +212,14 @@ def render(doc: dict, out_dir: Path) -> Path:
         parts += ["## 2. Restore transfer: same content, three ways", "",
                   "Synthetic caches shaped like Inductor's (bench/synth.py), published once through cachesvc "
                   "(S3 backend) and uploaded as one .tar.zst (zstd level 3, like cachesvc's blobs). "
-                  "*cachesvc*: `CacheClient.restore` (resolve, presigned GETs, sha256 check, atomic rename). "
-                  "*boto3-threads*: the same stored objects, `get_object` on 16 threads, zstd-decoded and written, "
+                  "*cachesvc*: `CacheClient.restore` (resolve, presigned GETs of blobs and of packs of small "
+                  "blobs, sha256 check, atomic rename). "
+                  "*boto3-threads*: the same stored objects, `get_object` on 16 threads (a packed blob by a "
+                  "ranged `get_object` of its pack), zstd-decoded and written, "
                   "no verification, listing given for free. *tarball*: one `get_object`, stream-extracted. "
-                  f"{tr['repeats']} rounds.", "",
+                  f"{tr['repeats']} rounds"
+                  + (f", after {tr['warmup']} untimed warm-up round (the first read of a stored object "
+                     "comes from disk, the later ones from the page cache)" if tr.get("warmup") else "") + ".", "",
                   "![restore transfer](benchmarks-transfer.png)", "",
                   md_table(["set", "way", "files", "MB", "median s", "files/s", "MB/s", "time / cachesvc"],
                            [[r["size"], r["way"], r["files"], f(r["mb"], 0), f(r["seconds"], 3),

@@ -113,6 +113,8 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="small,large")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed rounds first: the first read of each stored object comes from disk, not the page cache")
     p.add_argument("--out", default=None)
     p.add_argument("--workdir", default=None)
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
@@ -140,7 +142,7 @@ def main(argv=None) -> dict:
                     listing = listing_of(svc.url, svc.token, name, work / "scratch")
                     sets[size] = {"files": info["files"], "bytes": info["bytes"], "stored_bytes": pub.uploaded_bytes,
                                   "tar_zst_bytes": tar_info["tar_zst_bytes"]}
-                    for rnd in range(args.repeats):
+                    for rnd in range(-args.warmup, args.repeats):  # rounds below 0: warm-up, not counted
                         k = rnd % len(WAYS)
                         for way in WAYS[k:] + WAYS[:k]:
                             dest = work / "dest" / f"{size}-{way}-{rnd}"
@@ -154,9 +156,10 @@ def main(argv=None) -> dict:
                                 got = restore_tarball(s3, bucket, f"tar/{size}.tar.zst", dest)
                             dt = time.perf_counter() - t
                             assert got["files"] == info["files"], (way, got, info["files"])
-                            samples.append({"size": size, "way": way, "round": rnd, "seconds": dt, **got})
+                            if rnd >= 0:
+                                samples.append({"size": size, "way": way, "round": rnd, "seconds": dt, **got})
                             log(f"  {size:5} {way:14} {dt:6.3f} s  {got['files'] / dt:8.0f} files/s  "
-                                f"{got['bytes'] / dt / 1e6:7.0f} MB/s")
+                                f"{got['bytes'] / dt / 1e6:7.0f} MB/s" + ("  (warm-up)" if rnd < 0 else ""))
                             shutil.rmtree(dest)
     finally:
         if not args.workdir:
@@ -172,7 +175,7 @@ def main(argv=None) -> dict:
     print(table(["set / way", "files", "MB", "median s", "files/s", "MB/s", "time / cachesvc"],
                 [[f"{r['size']} {r['way']}", r["files"], r["mb"], r["seconds"], r["files_per_s"], r["mb_per_s"],
                   r["x_cachesvc"]] for r in rows]), flush=True)
-    doc = {"section": "transfer", "repeats": args.repeats, "sets": sets, "rows": rows, "samples": samples,
+    doc = {"section": "transfer", "repeats": args.repeats, "warmup": args.warmup, "sets": sets, "rows": rows, "samples": samples,
            "seconds": time.monotonic() - t0}
     if args.out:
         write_json(Path(args.out), doc)

@@ -32,6 +32,7 @@ compiled call and their sum, medians over the rounds.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -171,12 +172,17 @@ class Bench:
 
     def run(self, model: str, contender: str) -> List[dict]:
         """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""
+        # A fresh container does not inherit the page cache writeback of the one before it: the cold
+        # container writes ~200 MB (kernels, the precompiled header), which the kernel flushes ~30 s
+        # later, in the middle of whichever contender runs then.
+        os.sync()
         ctr = self.fresh(f"{contender}-{model}")
         m = worker_args(model, self.device)
         s3env = {**self.s3.env(), "BENCH_BUCKET": self.bucket}
         try:
             if contender == "cold":
                 cold = ctr.run_worker(*m)
+                os.sync()
                 floor = ctr.run_worker(*m)
                 return [dict(cold, contender="cold"), dict(floor, contender="floor")]
             if contender == "copy-cache-dir":

@@ -1,7 +1,21 @@
 """HTTP API, one blueprint per resource, all under /api/v1 (health at /healthz)."""
 from flask import current_app, request
 
-from ..errors import UnsupportedMediaType
+from cachesvc_client import keys
+
+from ..errors import InvalidRequest, UnsupportedMediaType
+
+#: the OpenAPI request body of the byte-upload views (blobs, packs)
+BINARY_BODY = {"required": True,
+               "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def digest_arg(value: str) -> str:
+    """A sha256 from the URL path, checked (400 otherwise)."""
+    try:
+        return keys.check_digest(value)
+    except keys.InvalidKey as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 def services():

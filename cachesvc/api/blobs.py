@@ -5,36 +5,25 @@ from flask import Response, request, send_file
 from flask_smorest import Blueprint
 from sqlalchemy import select
 
-from cachesvc_client import keys
-
 from .. import blobs, index, metrics, packs
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Blob, Version, VersionFile
 from ..schemas import BlobPutArgs
 from ..storage import BlobNotFound, StorageError, blob_key
 from ..auth import requires
-from . import services
+from . import BINARY_BODY, digest_arg, services
 
 blp = Blueprint("blobs", __name__, url_prefix="/api/v1/blobs", description="Content-addressed blob bytes")
-
-_BINARY = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
-
-
-def _digest(value: str) -> str:
-    try:
-        return keys.check_digest(value)
-    except keys.InvalidKey as exc:
-        raise InvalidRequest(str(exc)) from None
 
 
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
 @blp.arguments(BlobPutArgs, location="query")
 @blp.response(201)
-@blp.doc(requestBody={"required": True, **_BINARY})
+@blp.doc(requestBody=BINARY_BODY)
 def put(args, sha256):
     """Upload a blob named in a pending version; the body must hash to `sha256` after decoding."""
-    digest = _digest(sha256)
+    digest = digest_arg(sha256)
     svc = services()
     with svc.db.session() as s:
         wanted = s.execute(select(VersionFile.digest).join(Version, Version.id == VersionFile.version_id)
@@ -58,7 +47,7 @@ def put(args, sha256):
               content_type="application/octet-stream")
 def get(sha256):
     """Download a blob's stored bytes (zstd-framed when X-Cachesvc-Encoding is zstd)."""
-    digest = _digest(sha256)
+    digest = digest_arg(sha256)
     svc = services()
     with svc.db.session() as s:
         blob = s.get(Blob, digest)

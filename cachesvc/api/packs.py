@@ -5,36 +5,25 @@ from flask import request, send_file
 from flask_smorest import Blueprint
 from sqlalchemy import select
 
-from cachesvc_client import keys
-
 from .. import metrics, packs
 from ..auth import requires
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Pack, Version
 from ..schemas import PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
-from . import services
+from . import BINARY_BODY, digest_arg, services
 
 blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")
-
-_BINARY = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
-
-
-def _digest(value: str) -> str:
-    try:
-        return keys.check_digest(value)
-    except keys.InvalidKey as exc:
-        raise InvalidRequest(str(exc)) from None
 
 
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
 @blp.arguments(PackPutArgs, location="query")
 @blp.response(201)
-@blp.doc(requestBody={"required": True, **_BINARY})
+@blp.doc(requestBody=BINARY_BODY)
 def put(args, sha256):
     """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
-    digest = _digest(sha256)
+    digest = digest_arg(sha256)
     svc = services()
     with svc.db.session() as s:
         version = s.get(Version, args["version"])
@@ -55,7 +44,7 @@ def put(args, sha256):
               content_type="application/octet-stream")
 def get(sha256):
     """Download a pack, whole or a `Range` of it."""
-    digest = _digest(sha256)
+    digest = digest_arg(sha256)
     svc = services()
     with svc.db.session() as s:
         if s.scalar(select(Pack.digest).where(Pack.digest == digest)) is None:

@@ -241,15 +241,15 @@ def _unreferenced(digest_col):
     return ~exists().where(VersionFile.digest == digest_col) & ~remote_cache.referenced_by_items(digest_col)
 
 
-def _delete_objects(storage: Storage, items: List[tuple]) -> int:
-    """Delete (digest, encoding) objects; failures are logged and left for the next sweep."""
+def _delete_keys(storage: Storage, keys: List[str]) -> int:
+    """Delete storage objects (blobs or packs); failures are logged and left for the next sweep."""
     failed = 0
-    for digest, encoding in items:
+    for key in keys:
         try:
-            storage.delete(blob_key(digest, encoding))
+            storage.delete(key)
         except StorageError as exc:
             failed += 1
-            log.warning("gc: could not delete blob %s: %s", digest, exc)
+            log.warning("gc: could not delete %s: %s", key, exc)
     return failed
 
 
@@ -271,23 +271,12 @@ def _collect_rows(db: Database, storage: Storage) -> dict:
                 batch_bytes = sum(r.stored_size for r in rows)
                 s.add(Event(kind="freed", bytes=batch_bytes))
                 if sqlite:  # objects go while the write lock is held
-                    failed += _delete_objects(storage, [(r.digest, r.encoding) for r in rows])
+                    failed += _delete_keys(storage, [blob_key(r.digest, r.encoding) for r in rows])
             if not sqlite:  # rows are gone and committed; the lock still keeps publishes out
-                failed += _delete_objects(storage, [(r.digest, r.encoding) for r in rows])
+                failed += _delete_keys(storage, [blob_key(r.digest, r.encoding) for r in rows])
         deleted += len(rows)
         freed += batch_bytes
     return {"blobs_deleted": deleted, "bytes_freed": freed, "delete_failures": failed}
-
-
-def _delete_packs(storage: Storage, digests: List[str]) -> int:
-    failed = 0
-    for digest in digests:
-        try:
-            storage.delete(pack_key(digest))
-        except StorageError as exc:
-            failed += 1
-            log.warning("gc: could not delete pack %s: %s", digest, exc)
-    return failed
 
 
 def _collect_packs(db: Database, storage: Storage) -> dict:
@@ -312,9 +301,9 @@ def _collect_packs(db: Database, storage: Storage) -> dict:
                 batch_bytes = sum(r.stored_size for r in rows)
                 s.add(Event(kind="freed", bytes=batch_bytes))
                 if sqlite:
-                    failed += _delete_packs(storage, chunk)
+                    failed += _delete_keys(storage, [pack_key(d) for d in chunk])
             if not sqlite:
-                failed += _delete_packs(storage, chunk)
+                failed += _delete_keys(storage, [pack_key(d) for d in chunk])
         deleted += len(rows)
         freed += batch_bytes
     return {"packs_deleted": deleted, "pack_bytes_freed": freed, "pack_delete_failures": failed}
@@ -335,7 +324,7 @@ def _sweep_orphan_packs(db: Database, storage: Storage) -> int:
                 break  # a publish started meanwhile: its packs may be among these
             rows = set(s.scalars(select(Pack.digest).where(Pack.digest.in_(chunk))))
             doomed = [d for d in chunk if d not in rows]
-            removed += len(doomed) - _delete_packs(storage, doomed)
+            removed += len(doomed) - _delete_keys(storage, [pack_key(d) for d in doomed])
     return removed
 
 
@@ -355,7 +344,7 @@ def _sweep_orphans(db: Database, storage: Storage) -> dict:
             rows = set(s.scalars(select(Blob.digest).where(Blob.digest.in_(digests))))
             named = set(s.scalars(select(VersionFile.digest).where(VersionFile.digest.in_(digests))))
             doomed = [(d, enc) for d, enc in chunk if d not in rows and d not in named]
-            removed += len(doomed) - _delete_objects(storage, doomed)
+            removed += len(doomed) - _delete_keys(storage, [blob_key(d, enc) for d, enc in doomed])
     return {"orphans_deleted": removed, "orphan_packs_deleted": _sweep_orphan_packs(db, storage)}
 
 

@@ -203,7 +203,7 @@ def render(doc: dict, out_dir: Path) -> Path:
                                 "Mega-Cache MB", "Redis keys / MB"],
                                [[mdl, s["publish_local"]["files"], f(s["publish_local"]["uploaded_bytes"] / 1e6, 1),
                                  f(s["tarball"]["tar_zst_bytes"] / 1e6, 1), f(s["megacache"].get("bytes", 0) / 1e6, 2),
-                                 f"{s['redis']['keys']} / {s['redis']['bytes'] / 1e6:.2f}"]
+                                 f"{s['redis']['keys']} / {s['redis']['bytes'] / 1e6:.2f}" if s.get("redis") else "-"]
                                 for mdl, s in seeds.items()]),
                       ""]
     if doc.get("transfer"):

@@ -25,8 +25,10 @@ Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
                   + autotune), local service; filled by its own cold run per model (seed_remote)
 
 A seed container per model compiles once and fills every store (cachesvc
-on both backends, Mega-Cache blob, tarball, Redis); then every round runs
-all contenders in a rotated order. Reported: the restore step, the first
+on both backends, Mega-Cache blob, tarball; Redis and the live remote cache
+from cold containers of their own, with their settings on: torch keys
+AOTAutograd entries by the remote-cache setting); then every round runs all
+contenders in a rotated order. Reported: the restore step, the first
 compiled call and their sum, medians over the rounds.
 """
 from __future__ import annotations
@@ -122,8 +124,11 @@ class Bench:
         ctr = self.fresh(f"seed-{model}")
         mega = self.work / f"mega-{model}.bin"
         m = worker_args(model, self.device)
+        # No Redis here: torch keys AOTAutograd entries by the remote-cache setting, so a version
+        # published from a process with it on misses AOTAutograd in every restore without it
+        # (seed_redis fills Redis from its own cold container).
         cold = ctr.run_worker(*m, "--publish", "--after-hook", "bench.contenders:megacache_save",
-                              BENCH_MEGA_OUT=str(mega), **self.local.client_env(), **self.redis_env())
+                              BENCH_MEGA_OUT=str(mega), **self.local.client_env())
         again = ctr.run_worker(*m, "--publish", **self.s3svc.client_env())
         client = self.s3.client()
         client.upload_file(str(mega), self.bucket, f"mega/{model}.bin")
@@ -134,7 +139,7 @@ class Bench:
         shutil.copytree(ctr.cache_dir, copy_src, ignore=shutil.ignore_patterns(".cachesvc"))
         seed = {"cold_first_call_s": cold["first_call_s"], "publish_local": cold["publish"],
                 "publish_s3": again["publish"], "megacache": cold.get("after", {}), "tarball": tar_info,
-                "redis": self.redis.stats() if self.redis else None, "copy_src": str(copy_src)}
+                "copy_src": str(copy_src)}
         seed["kinds"] = self.seed_kinds(ctr, model)
         shutil.rmtree(ctr.root)
         self.seeds[model] = seed
@@ -158,6 +163,17 @@ class Bench:
             log(f"seed {model}: no {kind} version ({why}); its contender is skipped")
             out[kind] = {"skipped": why}
         return out
+
+    def seed_redis(self, model: str) -> None:
+        """Fill Redis for ``model`` once: a cold run with PyTorch's Redis remote caches on."""
+        if "redis" in self.seeds[model]:
+            return
+        ctr = self.fresh(f"seed-redis-{model}")
+        try:
+            r = ctr.run_worker(*worker_args(model, self.device), **self.redis_env())
+        finally:
+            shutil.rmtree(ctr.root, ignore_errors=True)
+        self.seeds[model]["redis"] = {"first_call_s": r["first_call_s"], **self.redis.stats()}
 
     def seed_remote(self, model: str) -> None:
         """Fill the local service's live remote cache for ``model`` once: a cold run with ``--remote-cache``."""
@@ -201,6 +217,7 @@ class Bench:
                 r = ctr.run_worker(*m, "--restore-hook", "bench.contenders:tarball_s3",
                                    BENCH_TAR_KEY=f"tar/{model}.tar.zst", **s3env)
             elif contender == "redis":
+                self.seed_redis(model)
                 r = ctr.run_worker(*m, **self.redis_env())
             elif contender in KIND_CONTENDERS:
                 kind = KIND_CONTENDERS[contender]
@@ -314,7 +331,7 @@ def main(argv=None) -> dict:
                             "rows": summarize(samples, models), "samples": samples, "seeds": bench.seeds,
                             "seconds": time.monotonic() - t0}
                 for model in models:
-                    log(f"seed {model}: compile once, fill cachesvc (local, S3), Mega-Cache, tarball, Redis")
+                    log(f"seed {model}: compile once, fill cachesvc (local, S3), Mega-Cache, tarball")
                     bench.seed(model)
                 for rnd in range(args.repeats):
                     for model in models:

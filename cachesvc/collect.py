@@ -58,7 +58,7 @@ import datetime as dt
 import logging
 import re
 from collections import Counter, defaultdict
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from sqlalchemy import delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import Session, selectinload
@@ -253,29 +253,50 @@ def _delete_keys(storage: Storage, keys: List[str]) -> int:
     return failed
 
 
-def _collect_rows(db: Database, storage: Storage) -> dict:
+def _collect(db: Database, storage: Storage, pick: Callable, drop: Callable) -> Tuple[int, int, int]:
+    """Delete unreferenced rows and their objects in batches, in digest order.
+
+    ``pick(session, after)`` selects the next batch (rows with ``digest`` and ``stored_size``, digests
+    above ``after``); ``drop(session, rows)`` deletes their rows and returns their object keys. The
+    objects go while SQLite's write lock is held, or on PostgreSQL right after the commit under the GC
+    lock, which keeps publishes out, so nothing can name them again in between.
+    Returns (rows deleted, stored bytes freed, object deletes that failed).
+    """
     deleted = freed = failed = 0
     last = ""
+    sqlite = db.engine.dialect.name != "postgresql"
     while True:
-        sqlite = db.engine.dialect.name != "postgresql"
         with _gc_lock(db):
             with db.session() as s:
                 _sqlite_write_lock(s)
-                rows = s.execute(select(Blob.digest, Blob.encoding, Blob.stored_size)
-                                 .where(Blob.digest > last, Blob.pack_digest.is_(None), _unreferenced(Blob.digest))
-                                 .order_by(Blob.digest).limit(_BATCH)).all()
+                rows = pick(s, last)
                 if not rows:
                     break
                 last = rows[-1].digest
-                s.execute(delete(Blob).where(Blob.digest.in_([r.digest for r in rows])))
+                keys = drop(s, rows)
                 batch_bytes = sum(r.stored_size for r in rows)
                 s.add(Event(kind="freed", bytes=batch_bytes))
-                if sqlite:  # objects go while the write lock is held
-                    failed += _delete_keys(storage, [blob_key(r.digest, r.encoding) for r in rows])
-            if not sqlite:  # rows are gone and committed; the lock still keeps publishes out
-                failed += _delete_keys(storage, [blob_key(r.digest, r.encoding) for r in rows])
+                if sqlite:
+                    failed += _delete_keys(storage, keys)
+            if not sqlite:
+                failed += _delete_keys(storage, keys)
         deleted += len(rows)
         freed += batch_bytes
+    return deleted, freed, failed
+
+
+def _collect_rows(db: Database, storage: Storage) -> dict:
+    """Loose blobs no version or remote-cache item names: rows and objects."""
+    def pick(s: Session, after: str) -> list:
+        return s.execute(select(Blob.digest, Blob.encoding, Blob.stored_size)
+                         .where(Blob.digest > after, Blob.pack_digest.is_(None), _unreferenced(Blob.digest))
+                         .order_by(Blob.digest).limit(_BATCH)).all()
+
+    def drop(s: Session, rows: list) -> List[str]:
+        s.execute(delete(Blob).where(Blob.digest.in_([r.digest for r in rows])))
+        return [blob_key(r.digest, r.encoding) for r in rows]
+
+    deleted, freed, failed = _collect(db, storage, pick, drop)
     return {"blobs_deleted": deleted, "bytes_freed": freed, "delete_failures": failed}
 
 
@@ -283,29 +304,18 @@ def _collect_packs(db: Database, storage: Storage) -> dict:
     """Packs none of whose members a version or remote-cache item names: objects, pack rows, member rows."""
     member = Blob.__table__.alias("member")
     live = exists().where(member.c.pack_digest == Pack.digest, ~_unreferenced(member.c.digest))
-    deleted = freed = failed = 0
-    last = ""
-    while True:
-        sqlite = db.engine.dialect.name != "postgresql"
-        with _gc_lock(db):
-            with db.session() as s:
-                _sqlite_write_lock(s)
-                rows = s.execute(select(Pack.digest, Pack.stored_size).where(Pack.digest > last, ~live)
-                                 .order_by(Pack.digest).limit(_BATCH)).all()
-                if not rows:
-                    break
-                last = rows[-1].digest
-                chunk = [r.digest for r in rows]
-                s.execute(delete(Blob).where(Blob.pack_digest.in_(chunk)))
-                s.execute(delete(Pack).where(Pack.digest.in_(chunk)))
-                batch_bytes = sum(r.stored_size for r in rows)
-                s.add(Event(kind="freed", bytes=batch_bytes))
-                if sqlite:
-                    failed += _delete_keys(storage, [pack_key(d) for d in chunk])
-            if not sqlite:
-                failed += _delete_keys(storage, [pack_key(d) for d in chunk])
-        deleted += len(rows)
-        freed += batch_bytes
+
+    def pick(s: Session, after: str) -> list:
+        return s.execute(select(Pack.digest, Pack.stored_size).where(Pack.digest > after, ~live)
+                         .order_by(Pack.digest).limit(_BATCH)).all()
+
+    def drop(s: Session, rows: list) -> List[str]:
+        chunk = [r.digest for r in rows]
+        s.execute(delete(Blob).where(Blob.pack_digest.in_(chunk)))
+        s.execute(delete(Pack).where(Pack.digest.in_(chunk)))
+        return [pack_key(d) for d in chunk]
+
+    deleted, freed, failed = _collect(db, storage, pick, drop)
     return {"packs_deleted": deleted, "pack_bytes_freed": freed, "pack_delete_failures": failed}
 
 

@@ -14,7 +14,7 @@ from . import artifacts, envfiles, keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
-from .publish import admit, publish as _publish
+from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore import restore as _restore
 from .verify import REPORTED, Verdict, judge
@@ -34,6 +34,15 @@ def torch_compile_seconds() -> Optional[float]:
 
 def _compile_seconds(given: Optional[float]) -> Optional[float]:
     return given if given is not None else torch_compile_seconds()
+
+
+def _published(report: PublishReport) -> PublishReport:
+    """Log a published state's report, with the settings that key it apart (``keying_warnings``)."""
+    report.warnings = keying_warnings()
+    log.info("%s", report.summary())
+    for warning in report.warnings:
+        log.warning("cachesvc publish: %s", warning)
+    return report
 
 
 class CacheClient:
@@ -210,8 +219,7 @@ class CacheClient:
                      if roots is not None else roots_mod.default_roots(self.cache_dir))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
                           merge=merge)
-        log.info("%s", report.summary())
-        return report
+        return _published(report)
 
     def publish_mega_cache(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                            compile_seconds: Optional[float] = None,
@@ -231,8 +239,7 @@ class CacheClient:
                 f.write(data)
             report = artifacts.publish_file(self.api, key, "mega-cache", path, meta, workers=min(self.workers, 8),
                                             compile_seconds=_compile_seconds(compile_seconds))
-        log.info("%s", report.summary())
-        return report
+        return _published(report)
 
     def publish_precompiled(self, name: str, shape: str, path: str, kind: str,
                             tags: Optional[Mapping[str, str]] = None, *, example_inputs: Sequence[Any] = (),

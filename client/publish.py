@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import platform
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
@@ -45,6 +46,26 @@ def torch_dir() -> Optional[str]:
     except (ImportError, ValueError):
         return None
     return os.path.dirname(spec.origin) if spec and spec.origin else None
+
+
+def keying_warnings() -> List[str]:
+    """Settings of this process that key its compile state apart from a process without them.
+
+    torch keys AOTAutograd entries by the whole functorch config, the remote AOTAutograd cache switch
+    included (``TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1``, or ``enable_remote_cache()``); FX graph keys
+    leave it out. A version published from such a process gives processes without it FX graph hits
+    but AOTAutograd misses: they trace the model's joint graph again (about 2 s of the mlp's 5 s
+    first call on the CPU, bench/ttfi.py). A test pins that torch behaviour.
+    """
+    config = sys.modules.get("torch._functorch.config")
+    on = (getattr(config, "enable_remote_autograd_cache", None) if config is not None
+          else os.environ.get("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE") == "1")
+    if not on:
+        return []
+    return ["this process has the remote AOTAutograd cache on (TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1 or "
+            "enable_remote_cache()), which torch puts in the AOTAutograd cache keys: processes restoring this "
+            "version without it will hit the FX graph cache but miss AOTAutograd and trace again. Publish "
+            "from a process set up like the ones that restore."]
 
 
 def _sha256(path: str) -> str:

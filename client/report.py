@@ -90,6 +90,7 @@ class PublishReport:
     admitted: bool = True     # False: skipped by the admission rule (nothing sent)
     reason: str = ""          # why skipped or linked
     kind: str = "inductor-dir"
+    warnings: List[str] = field(default_factory=list)  # settings that will cost restoring processes compile time
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -98,6 +99,7 @@ class PublishReport:
         if self.status in ("skipped", "linked"):
             return f"publish {self.name} [{self.shape}]: {self.status}: {self.reason}"
         what = "" if self.kind == "inductor-dir" else f" {self.kind}"
-        return (f"publish {self.name} [{self.shape}]:{what} {self.status} version {self.version_id}: {self.files} files "
+        text = (f"publish {self.name} [{self.shape}]:{what} {self.status} version {self.version_id}: {self.files} files "
                 f"({human(self.bytes)}), uploaded {self.uploaded_blobs} blobs ({human(self.uploaded_bytes)}) "
                 f"in {self.seconds:.2f} s")
+        return text + (f"; {len(self.warnings)} warning(s)" if self.warnings else "")

@@ -37,7 +37,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from filelock import FileLock, Timeout
 
@@ -305,67 +305,55 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
     total = sum(blobs[d]["stored_size"] for d in wanted)
     storage_down = threading.Event()
 
-    def fetch(digest: str) -> Optional[str]:
-        blob, targets = blobs[digest], wanted[digest]
-        url = api.absolute(blob["url"])
+    def twice(what: str, op: Callable[[], object]) -> Tuple[bool, object]:
+        """``op()`` tried up to twice: (True, its result) or (False, why it failed). A second failure to
+        reach storage marks it down, so the other workers give up instead of waiting out their own."""
         problem = ""
         for attempt in (1, 2):
             if storage_down.is_set():
-                return "storage unreachable; gave up"
+                return False, "storage unreachable; gave up"
             if deadline is not None and time.monotonic() >= deadline:
-                return "the restore's time budget ran out"
-            os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
-            got = [0]
-
-            def count(n: int) -> None:
-                got[0] += n
-                progress.advance(0, n)
-
+                return False, "the restore's time budget ran out"
             try:
-                tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
-                                        os.path.dirname(targets[0][0]), stall_timeout, count, cutoff,
-                                        blob.get("stored_sha256"))
-                for t, _mode in targets[1:]:
-                    os.makedirs(os.path.dirname(t), exist_ok=True)
-                _place(tmp, targets)
-                progress.advance(len(targets), 0)
-                return None
+                return True, op()
             except ServiceUnavailable as exc:
                 problem = exc.message
                 if attempt == 2:
                     storage_down.set()
             except (CacheClientError, OSError) as exc:
                 problem = getattr(exc, "message", None) or str(exc)
-            log.debug("blob %s attempt %d failed: %s", digest[:12], attempt, problem)
-        return problem
+            log.debug("%s: attempt %d failed: %s", what, attempt, problem)
+        return False, problem
+
+    def fetch(digest: str) -> Optional[str]:
+        """One blob, downloaded, verified and placed at each of its targets. Returns the problem (None: placed)."""
+        blob, targets = blobs[digest], wanted[digest]
+        url = api.absolute(blob["url"])
+
+        def once() -> None:
+            os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
+            tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
+                                    os.path.dirname(targets[0][0]), stall_timeout,
+                                    lambda n: progress.advance(0, n), cutoff, blob.get("stored_sha256"))
+            for t, _mode in targets[1:]:
+                os.makedirs(os.path.dirname(t), exist_ok=True)
+            _place(tmp, targets)
+            progress.advance(len(targets), 0)
+
+        ok, problem = twice(f"blob {digest[:12]}", once)
+        return None if ok else str(problem)
 
     def fetch_run(pack_url: str, byte_range, members: list) -> Dict[str, Optional[str]]:
         """One GET of a pack (a run of its members, or all of it); each member is verified and placed on
         its own, so a bad member fails only its files. Returns digest -> problem (None: placed)."""
         url = api.absolute(pack_url)
         out: Dict[str, Optional[str]] = {}
-        problem, data, base = "", None, 0
-        for attempt in (1, 2):
-            if storage_down.is_set():
-                problem = "storage unreachable; gave up"
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                problem = "the restore's time budget ran out"
-                break
-            try:
-                data, base = transfer.fetch_bytes(url, api.auth_headers(url), byte_range, stall_timeout,
-                                                  lambda n: progress.advance(0, n), cutoff,
-                                                  what=f"pack {members[0][1].get('pack_sha256', '')[:12]}")
-                break
-            except ServiceUnavailable as exc:
-                problem = exc.message
-                if attempt == 2:
-                    storage_down.set()
-            except (CacheClientError, OSError) as exc:
-                problem = getattr(exc, "message", None) or str(exc)
-            log.debug("pack run %s attempt %d failed: %s", byte_range, attempt, problem)
-        if data is None:
-            return {digest: problem for digest, _b in members}
+        ok, got = twice(f"pack run {byte_range}", lambda: transfer.fetch_bytes(
+            url, api.auth_headers(url), byte_range, stall_timeout, lambda n: progress.advance(0, n), cutoff,
+            what=f"pack {members[0][1].get('pack_sha256', '')[:12]}"))
+        if not ok:
+            return {digest: str(got) for digest, _b in members}
+        data, base = got
         view = memoryview(data)
         for digest, b in members:
             targets = wanted[digest]

@@ -33,9 +33,11 @@ remote-cache item. A partly live pack stays as it is, dead members included,
 and those members stay indexed, so a later publish of one finds it stored.
 Purge's ``bytes_freed`` and ``max_total_bytes`` count a packed blob by its
 share of the pack (its stored bytes), so a partly live pack counts as its
-live members. A pack object without a row (uploaded for a publish that never
-committed) is swept only when no version is pending, since packs are named
-in the index only at commit.
+live members. A pack has no row until the commit that verifies it; while its
+version is pending, a ``pending_packs`` row (made when the version asks for an
+upload target, or when the pack is PUT through the service) keeps the sweep
+of storage off it. Pack objects with neither row (uploads of publishes that
+died, once their versions are dropped; failed deletes) are swept.
 
 **Serialisation.** ``create_version``, ``commit_version`` and purge take the
 *store lock* (``store_lock``) first thing; GC takes it exclusively for each
@@ -66,7 +68,7 @@ from sqlalchemy.orm import Session, selectinload
 from . import index, remote_cache
 from .db import Database
 from .errors import InvalidRequest
-from .models import Blob, Entry, Event, Pack, Version, VersionFile, utcnow
+from .models import Blob, Entry, Event, Pack, PendingPack, Version, VersionFile, utcnow
 from .storage import Storage, StorageError, blob_key, pack_key
 
 log = logging.getLogger(__name__)
@@ -231,6 +233,7 @@ def _drop_dead_versions(db: Database, settings: dict, now: dt.datetime) -> dict:
         for i in range(0, len(dead), _BATCH):
             chunk = dead[i:i + _BATCH]
             s.execute(delete(VersionFile).where(VersionFile.version_id.in_(chunk)))
+            s.execute(delete(PendingPack).where(PendingPack.version_id.in_(chunk)))
             s.execute(delete(Version).where(Version.id.in_(chunk)))
         empty = s.execute(delete(Entry).where(~exists().where(Version.entry_id == Entry.id),
                                               Entry.created_at < now - LEASE_MARGIN)).rowcount
@@ -320,20 +323,18 @@ def _collect_packs(db: Database, storage: Storage) -> dict:
 
 
 def _sweep_orphan_packs(db: Database, storage: Storage) -> int:
-    """Pack objects with no row, when no version is pending (an upload for a pending version may be one)."""
-    with db.session() as s:
-        if s.scalar(select(func.count()).select_from(Version).where(Version.state == "pending")):
-            return 0
+    """Pack objects with no row that no pending version is uploading (``pending_packs``): failed deletes,
+    and the uploads of publishes that never committed (their rows go with the version, when
+    ``_drop_dead_versions`` finds its lease run out)."""
     found = [m.group(1) for m in map(_PACK_KEY_RE.match, storage.iter_keys("v1/packs/")) if m]
     removed = 0
     for i in range(0, len(found), _BATCH):
         chunk = found[i:i + _BATCH]
         with _gc_lock(db), db.session() as s:
             _sqlite_write_lock(s)
-            if s.scalar(select(func.count()).select_from(Version).where(Version.state == "pending")):
-                break  # a publish started meanwhile: its packs may be among these
-            rows = set(s.scalars(select(Pack.digest).where(Pack.digest.in_(chunk))))
-            doomed = [d for d in chunk if d not in rows]
+            kept = set(s.scalars(select(Pack.digest).where(Pack.digest.in_(chunk))))
+            kept.update(s.scalars(select(PendingPack.digest).where(PendingPack.digest.in_(chunk))))
+            doomed = [d for d in chunk if d not in kept]
             removed += len(doomed) - _delete_keys(storage, [pack_key(d) for d in doomed])
     return removed
 

@@ -143,6 +143,18 @@ class Pack(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
 
+class PendingPack(Base):
+    """A pack a pending version was given an upload target for. It has no ``packs`` row until the
+    version's commit verifies it, so this row is what keeps GC's orphan sweep off its object; the
+    commit deletes it, and GC with the version when the upload lease runs out."""
+
+    __tablename__ = "pending_packs"
+    __table_args__ = (Index("ix_pending_packs_digest", "digest"),)
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
 class Event(Base):
     __tablename__ = "events"
     __table_args__ = (Index("ix_events_at", "at"),)

@@ -21,14 +21,14 @@ import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
 from . import admission, blobs, collect, index, merging, packs as packs_mod
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
-from .models import Blob, Entry, Event, Version, VersionFile, utcnow
+from .models import Blob, Entry, Event, PendingPack, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
 
 
@@ -136,6 +136,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
                                  .where(VersionFile.version_id == version_id).distinct()).all())
     packed = packs_mod.verify(session, storage, packs or [], sizes)
+    session.execute(delete(PendingPack).where(PendingPack.version_id == version_id))  # recorded now, or not needed
     needed = set(sizes) - set(index.present_blobs(session, sizes)) - {r["digest"] for r in packed}
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []

@@ -25,10 +25,11 @@ def put(args, sha256):
     """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
     digest = digest_arg(sha256)
     svc = services()
-    with svc.db.session() as s:
+    with svc.db.session() as s:  # recorded before the bytes land, so GC cannot take them for an orphan
         version = s.get(Version, args["version"])
         if version is None or version.state != "pending":
             raise InvalidRequest(f"version {args['version']} is not a pending version; publish a manifest first")
+        packs.pending(s, version.id, [digest])
     request.max_content_length = packs.MAX_PACK
     try:
         size = packs.receive(svc.storage, digest, request.stream)

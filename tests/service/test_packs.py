@@ -11,7 +11,7 @@ from alembic import command
 from sqlalchemy import create_engine, select, text
 
 from cachesvc import collect, db
-from cachesvc.models import Blob, Pack, Version, utcnow
+from cachesvc.models import Blob, Pack, PendingPack, Version, utcnow
 from cachesvc.storage import pack_key
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
 
@@ -175,15 +175,62 @@ def test_gc_keeps_a_partly_live_pack_whole_and_deletes_a_dead_one(client, app, s
 
 
 @LOCAL
-def test_gc_sweeps_an_orphan_pack_only_when_no_publish_is_pending(client, app, storage):
+def test_gc_keeps_a_pending_publishs_pack_and_sweeps_orphans_while_it_is_pending(client, app, storage, tmp_path):
+    """A pack object with no row is an orphan unless a pending version is uploading it: GC sweeps the
+    orphans even while publishes are pending (on a busy service some always are), keeps the pending
+    one's pack until its version commits or its lease runs out."""
+    answer = start(client, FILES)
+    data, members = build_pack(FILES)
+    upload_pack(client, answer["version"]["id"], data)
+    stray = tmp_path / "stray"
+    stray.write_bytes(b"a pack whose publish died before this service recorded it")
+    storage.put_file(pack_key(sha(stray.read_bytes())), str(stray))
+    svc = app.extensions["cachesvc"]
+    swept = collect.gc(svc.db, svc.storage, svc.settings)
+    assert swept["orphan_packs_deleted"] == 1 and storage.stat(pack_key(sha(stray.read_bytes()))) is None
+    assert storage.stat(pack_key(sha(data))) == len(data), "the pending version's pack stays"
+
+    # Its commit records the pack and drops the pending row; GC keeps the pack for the version.
+    assert commit(client, answer["version"]["id"], [{"sha256": sha(data), "members": members}]).status_code == 200
+    with svc.db.session() as s:
+        assert s.scalar(select(PendingPack).limit(1)) is None
+    assert collect.gc(svc.db, svc.storage, svc.settings)["orphan_packs_deleted"] == 0
+    assert storage.stat(pack_key(sha(data))) == len(data)
+
+
+@LOCAL
+def test_gc_sweeps_the_pack_of_a_publish_whose_lease_ran_out(client, app, storage):
     answer = start(client, FILES)
     data, _ = build_pack(FILES)
     upload_pack(client, answer["version"]["id"], data)
     svc = app.extensions["cachesvc"]
-    assert collect.gc(svc.db, svc.storage, svc.settings)["orphan_packs_deleted"] == 0  # its publish may commit
     lease = dt.timedelta(seconds=svc.settings["UPLOAD_LEASE_SECONDS"]) + collect.LEASE_MARGIN
     expired = collect.gc(svc.db, svc.storage, svc.settings, now=utcnow() + lease + dt.timedelta(seconds=1))
+    assert expired["versions_deleted"] == 1
     assert expired["orphan_packs_deleted"] == 1 and storage.stat(pack_key(sha(data))) is None
+    with svc.db.session() as s:
+        assert s.scalar(select(PendingPack).limit(1)) is None
+
+
+def test_pack_targets_for_a_version_that_is_not_pending_are_refused(client):
+    resp, data, _ = publish_packed(client, FILES)
+    vid = resp.json["version"]["id"]
+    again = client.post(f"/api/v1/versions/{vid}/packs", json={"packs": [{"sha256": sha(data), "size": len(data)}]})
+    assert again.status_code == 400 and "committed" in again.json["error"]["message"], again.json
+    assert client.post("/api/v1/versions/999999/packs",
+                       json={"packs": [{"sha256": sha(data), "size": len(data)}]}).status_code == 404
+
+
+def test_pack_targets_after_the_upload_lease_are_refused(client, app):
+    answer = start(client, FILES)
+    vid = answer["version"]["id"]
+    svc = app.extensions["cachesvc"]
+    with svc.db.session() as s:
+        s.get(Version, vid).lease_expires_at = utcnow() - dt.timedelta(seconds=1)
+    resp = client.post(f"/api/v1/versions/{vid}/packs", json={"packs": [{"sha256": "ab" * 32, "size": 10}]})
+    assert resp.status_code == 409 and "upload lease" in resp.json["error"]["message"], resp.json
+    with svc.db.session() as s:
+        assert s.scalar(select(PendingPack).limit(1)) is None
 
 
 def test_database_at_0005_with_data_upgrades(database_url):
@@ -203,7 +250,7 @@ def test_database_at_0005_with_data_upgrades(database_url):
             assert tuple(row) == ("ab" * 32, None, None)
             assert conn.execute(text("SELECT count(*) FROM packs")).scalar() == 0
         current, head = db.schema_status(engine)
-        assert current == head == "0007"
+        assert current == head == "0008"
     finally:
         engine.dispose()
 

@@ -12,7 +12,6 @@ import io
 import logging
 import os
 import platform
-import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -94,38 +93,6 @@ def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict],
     return files, where
 
 
-#: Triton's compiled driver helpers inside Inductor's cache dir: triton/<device>/<key>/cuda_utils*.so
-_DRIVER_UTILS = re.compile(r"^triton/[^/]+/([^/]+)/((?:cuda|hip)_utils[^/]*\.so)$")
-
-
-def mirror_driver_utils(files: List[dict], where: Dict[Tuple[str, str], str], roots: List[roots_mod.Root]) -> int:
-    """List Triton's driver helper module under the ``triton`` root too, when only Inductor's dir has it.
-
-    Triton builds its driver's C helpers (``cuda_utils*.so``) with the C compiler into whichever
-    Triton cache dir is current when a process first starts the driver: in the process that compiled
-    the model, Inductor has pointed ``TRITON_CACHE_DIR`` at ``<cache dir>/triton/<device>`` by then; a
-    process that loads the compiled model from the cache starts the driver earlier, in
-    ``~/.triton/cache``. So a snapshot taken in the compiling process lacks the one a restored process
-    looks for, and every restore built it again (1-3 s on an H200, torch 2.11 / Triton 3.6: docs/gpu.md
-    run 7). The mirror is the same bytes under Triton's key, so nothing more is uploaded.
-    Returns how many files were added.
-    """
-    triton = next((r for r in roots if r.role == "triton"), None)
-    if triton is None:
-        return 0
-    have = {(f["root"], f["path"]) for f in files}
-    added = []
-    for f in files:
-        m = _DRIVER_UTILS.match(f["path"]) if f["root"] == "inductor" else None
-        target = ("triton", f"{m.group(1)}/{m.group(2)}") if m else None
-        if target and target not in have:
-            have.add(target)
-            added.append(dict(f, root="triton", path=target[1]))
-            where[target] = where[("inductor", f["path"])]
-    files.extend(added)
-    return len(added)
-
-
 def admit(compile_seconds: Optional[float], min_compile_seconds: float) -> str:
     """Why a publish is not worth it ("" when it is): a cold compile shorter than ``min_compile_seconds``
     (JAX's ``jax_persistent_cache_min_compile_time_secs`` rule). Unknown compile time: admitted."""
@@ -144,7 +111,6 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     start = time.monotonic()
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
-    mirror_driver_utils(files, where, roots)
     log.info("publish %s: %d files, %.1f MB in %d roots, hashed in %.1f s", key["name"], len(files),
              sum(f["size"] for f in files) / 1e6, len(roots), time.monotonic() - start)
     body = {

@@ -374,32 +374,3 @@ def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
     assert keying_warnings() == []
     monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", "1")
     assert len(keying_warnings()) == 1
-
-
-def test_triton_driver_helper_built_under_inductors_dir_is_restored_where_triton_looks_first(
-        live_server, tmp_path, monkeypatch):
-    """The compiling process built Triton's cuda_utils into <cache dir>/triton/0/<key>/ (Inductor had set
-    TRITON_CACHE_DIR); a restored process starts Triton's driver before that and looks in ~/.triton/cache.
-    The version lists the module in both places, as one blob (client/publish.py: mirror_driver_utils)."""
-    a = enter_container(monkeypatch, tmp_path / "a")
-    files = fill(a)
-    helper = os.urandom(31944)
-    name = "cuda_utils.cpython-312-x86_64-linux-gnu.so"
-    write(a / f"cache/triton/0/DRIVERKEY/{name}", helper, 0o755)
-    report = client_for(live_server.url).publish(NAME, SHAPE, env=ENV)
-    assert report.status == "committed" and report.files == len(files) + 2, report
-    assert report.uploaded_blobs == len(files) + 1, "the mirror is the same blob"
-
-    b = enter_container(monkeypatch, tmp_path / "b")
-    got = client_for(live_server.url).restore(NAME, SHAPE, env=ENV)
-    assert got.hit and not got.failed, got
-    assert (b / f"cache/triton/0/DRIVERKEY/{name}").read_bytes() == helper
-    assert (b / f"home/.triton/cache/DRIVERKEY/{name}").read_bytes() == helper
-
-    # Already under Triton's own dir (a snapshot of a process that loaded from the cache): no second entry.
-    c = enter_container(monkeypatch, tmp_path / "c")
-    fill(c)
-    write(c / f"cache/triton/0/DRIVERKEY/{name}", helper, 0o755)
-    write(c / f"home/.triton/cache/DRIVERKEY/{name}", helper, 0o755)
-    again = client_for(live_server.url).publish("other", SHAPE, env=ENV)
-    assert again.files == len(files) + 2, again

@@ -163,7 +163,8 @@ def render(doc: dict, out_dir: Path) -> Path:
                                         ["service code", doc.get("service_source", "working tree")],
                                         ["client code", doc.get("client_source", "working tree")]]), "",
              "Every number is a median over alternating rounds (all contenders of a round run back to back, "
-             "in a rotated order) on a shared 2-core VM; spread between rounds is in the JSON's samples. "
+             f"in a {(doc.get('ttfi') or {}).get('order', 'rotated')} order) on a shared 2-core VM; spread "
+             "between rounds is in the JSON's samples. "
              "Every contender of section 1 is a fresh simulated container (`demo/containers.py`): its own "
              "empty HOME, TMPDIR and cache dir, at the same paths as the cold container had.", ""]
     tg = targets(doc)

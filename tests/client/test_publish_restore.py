@@ -360,14 +360,17 @@ def test_start_restore_hands_errors_to_the_future(tmp_path, monkeypatch):
 
 
 def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
-    """What torch keys AOTAutograd entries by (tests/e2e/test_remote_autograd_keying.py shows the miss)."""
+    """What torch keys AOTAutograd entries by (tests/e2e/test_remote_autograd_keying.py shows the miss).
+    A stand-in config module: importing torch here would change what later tests of this process see."""
+    import types
+
     from cachesvc_client.publish import keying_warnings
 
-    fc = pytest.importorskip("torch._functorch.config")
     monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
-    monkeypatch.setattr(fc, "enable_remote_autograd_cache", True)
+    config = types.SimpleNamespace(enable_remote_autograd_cache=True)
+    monkeypatch.setitem(sys.modules, "torch._functorch.config", config)
     assert len(keying_warnings()) == 1 and "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1" in keying_warnings()[0]
-    monkeypatch.setattr(fc, "enable_remote_autograd_cache", None)
+    config.enable_remote_autograd_cache = None
     assert keying_warnings() == []
     # before `import torch` (a publish from a process that never imported it): the environment decides
     monkeypatch.delitem(sys.modules, "torch._functorch.config")

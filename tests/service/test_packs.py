@@ -182,12 +182,12 @@ def test_gc_keeps_a_pending_publishs_pack_and_sweeps_orphans_while_it_is_pending
     answer = start(client, FILES)
     data, members = build_pack(FILES)
     upload_pack(client, answer["version"]["id"], data)
-    stray = tmp_path / "stray"
-    stray.write_bytes(b"a pack whose publish died before this service recorded it")
-    storage.put_file(pack_key(sha(stray.read_bytes())), str(stray))
+    stray = b"a pack whose publish died before this service recorded it"
+    (tmp_path / "stray").write_bytes(stray)
+    storage.put_file(pack_key(sha(stray)), str(tmp_path / "stray"))
     svc = app.extensions["cachesvc"]
     swept = collect.gc(svc.db, svc.storage, svc.settings)
-    assert swept["orphan_packs_deleted"] == 1 and storage.stat(pack_key(sha(stray.read_bytes()))) is None
+    assert swept["orphan_packs_deleted"] == 1 and storage.stat(pack_key(sha(stray))) is None
     assert storage.stat(pack_key(sha(data))) == len(data), "the pending version's pack stays"
 
     # Its commit records the pack and drops the pending row; GC keeps the pack for the version.

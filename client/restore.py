@@ -165,9 +165,10 @@ def _running(pid: int) -> bool:
 
 
 def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
-    """Rename the verified temp file onto its first target; copy it to the others."""
+    """Rename the verified temp file onto its first target; copy it to the others (making their folders)."""
     first, mode = targets[0]
     for other, other_mode in targets[1:]:
+        os.makedirs(os.path.dirname(other), exist_ok=True)
         other_tmp = f"{other}.cachesvc-{os.getpid()}-{threading.get_ident()}.tmp"
         try:
             shutil.copyfile(tmp, other_tmp)
@@ -335,8 +336,6 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
             tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
                                     os.path.dirname(targets[0][0]), stall_timeout,
                                     lambda n: progress.advance(0, n), cutoff, blob.get("stored_sha256"))
-            for t, _mode in targets[1:]:
-                os.makedirs(os.path.dirname(t), exist_ok=True)
             _place(tmp, targets)
             progress.advance(len(targets), 0)
 
@@ -364,8 +363,6 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
                 os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
                 tmp = transfer.write_member(view[lo:lo + b["stored_size"]], b["encoding"], digest, b["size"],
                                             os.path.dirname(targets[0][0]))
-                for t, _mode in targets[1:]:
-                    os.makedirs(os.path.dirname(t), exist_ok=True)
                 _place(tmp, targets)
                 progress.advance(len(targets), 0)
                 out[digest] = None

@@ -50,21 +50,20 @@ def pack_url(storage: Storage, digest: str, expires: int) -> str:
     return storage.download_url(pack_key(digest), expires) or f"/api/v1/packs/{digest}"
 
 
-def pending(session: Session, version_id: int, digests: List[str]) -> None:
-    """Record that pending version ``version_id`` uploads packs ``digests`` (GC keeps their objects until
-    it commits or dies). Raises NotFound, InvalidRequest when the version is not pending, Conflict when
-    its upload lease has run out (GC may be deleting it)."""
-    version = index.get_or_404(session, Version, version_id, "version")
+def pending(session: Session, version: Version, digests: List[str]) -> None:
+    """Record that ``version`` uploads packs ``digests`` (GC keeps their objects until it commits or
+    dies). Raises InvalidRequest when the version is not pending, Conflict when its upload lease has
+    run out (GC may be deleting it)."""
     if version.state != "pending":
-        raise InvalidRequest(f"version {version_id} is {version.state}; packs are uploaded for a pending version")
+        raise InvalidRequest(f"version {version.id} is {version.state}; packs are uploaded for a pending version")
     if version.lease_expires_at and version.lease_expires_at < utcnow():
-        raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
-    index.insert_ignore(session, PendingPack, [{"version_id": version_id, "digest": d} for d in digests])
+        raise Conflict(f"version {version.id} was not committed within its upload lease; publish again")
+    index.insert_ignore(session, PendingPack, [{"version_id": version.id, "digest": d} for d in digests])
 
 
 def upload_targets(session: Session, storage: Storage, version_id: int, packs: List[dict], expires: int) -> List[dict]:
     """Where to PUT each pack of a pending version: ``[{"sha256", "target"}]``."""
-    pending(session, version_id, [p["sha256"] for p in packs])
+    pending(session, index.get_or_404(session, Version, version_id, "version"), [p["sha256"] for p in packs])
     out = []
     for p in packs:
         if p["size"] > MAX_PACK:

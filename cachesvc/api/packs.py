@@ -27,9 +27,9 @@ def put(args, sha256):
     svc = services()
     with svc.db.session() as s:  # recorded before the bytes land, so GC cannot take them for an orphan
         version = s.get(Version, args["version"])
-        if version is None or version.state != "pending":
+        if version is None:
             raise InvalidRequest(f"version {args['version']} is not a pending version; publish a manifest first")
-        packs.pending(s, version.id, [digest])
+        packs.pending(s, version, [digest])
     request.max_content_length = packs.MAX_PACK
     try:
         size = packs.receive(svc.storage, digest, request.stream)

@@ -165,27 +165,25 @@ class Bench:
             out[kind] = {"skipped": why}
         return out
 
-    def seed_redis(self, model: str) -> None:
-        """Fill Redis for ``model`` once: a cold run with PyTorch's Redis remote caches on."""
-        if "redis" in self.seeds[model]:
-            return
-        ctr = self.fresh(f"seed-redis-{model}")
+    def cold_once(self, model: str, stem: str, *flags: str, **env: str) -> dict:
+        """One cold run of ``model`` in a fresh container that is removed afterwards (seeding a remote cache)."""
+        ctr = self.fresh(f"{stem}-{model}")
         try:
-            r = ctr.run_worker(*worker_args(model, self.device), **self.redis_env())
+            return ctr.run_worker(*worker_args(model, self.device), *flags, **env)
         finally:
             shutil.rmtree(ctr.root, ignore_errors=True)
-        self.seeds[model]["redis"] = {"first_call_s": r["first_call_s"], **self.redis.stats()}
+
+    def seed_redis(self, model: str) -> None:
+        """Fill Redis for ``model`` once: a cold run with PyTorch's Redis remote caches on."""
+        if "redis" not in self.seeds[model]:
+            r = self.cold_once(model, "seed-redis", **self.redis_env())
+            self.seeds[model]["redis"] = {"first_call_s": r["first_call_s"], **self.redis.stats()}
 
     def seed_remote(self, model: str) -> None:
         """Fill the local service's live remote cache for ``model`` once: a cold run with ``--remote-cache``."""
-        if "remote_cache" in self.seeds[model]:
-            return
-        ctr = self.fresh(f"seed-remote-{model}")
-        try:
-            r = ctr.run_worker(*worker_args(model, self.device), "--remote-cache", **self.local.client_env())
-        finally:
-            shutil.rmtree(ctr.root, ignore_errors=True)
-        self.seeds[model]["remote_cache"] = {"first_call_s": r["first_call_s"], **r["remote_cache"]}
+        if "remote_cache" not in self.seeds[model]:
+            r = self.cold_once(model, "seed-remote", "--remote-cache", **self.local.client_env())
+            self.seeds[model]["remote_cache"] = {"first_call_s": r["first_call_s"], **r["remote_cache"]}
 
     def run(self, model: str, contender: str) -> List[dict]:
         """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""

@@ -7,7 +7,6 @@ until ``commit``, which the service accepts only when every blob is stored.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import os
@@ -17,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, packing, roots as roots_mod, transfer
+from . import __version__, driver_helpers, packing, roots as roots_mod, transfer
 from .errors import BlobsMissing, ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
@@ -68,14 +67,6 @@ def keying_warnings() -> List[str]:
             "from a process set up like the ones that restore."]
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(transfer.CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict], Dict[Tuple[str, str], str]]:
     """Walk the roots and hash every file. Returns (manifest rows, (role, path) -> absolute path)."""
     found = []
@@ -84,7 +75,7 @@ def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict],
             for rel, abspath, size, mode in roots_mod.walk(root.path, root.exclude):
                 found.append((root.role, rel, abspath, size, mode))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        digests = list(pool.map(lambda row: _sha256(row[2]), found))
+        digests = list(pool.map(lambda row: transfer.file_sha256(row[2]), found))
     files, where = [], {}
     for (role, rel, abspath, size, mode), digest in zip(found, digests):
         files.append({"root": role, "path": rel, "sha256": digest, "size": size,
@@ -111,6 +102,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     start = time.monotonic()
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
+    roots = driver_helpers.add(files, where, roots)  # Triton's driver helper where a restored process looks
     log.info("publish %s: %d files, %.1f MB in %d roots, hashed in %.1f s", key["name"], len(files),
              sum(f["size"] for f in files) / 1e6, len(roots), time.monotonic() - start)
     body = {

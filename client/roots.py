@@ -21,7 +21,9 @@ Roles (see ``resolve_root``):
               decisions of pad_mm, GPU only), also under the default cache dir.
 ``triton``    Triton's own cache dir, for what Triton compiles before Inductor
               sets TRITON_CACHE_DIR (driver utils, launchers). Left out of
-              ``default_roots`` when it lies inside the inductor root.
+              ``default_roots`` when it lies inside the inductor root (publish
+              still adds the driver helper the process loaded from it:
+              ``driver_helpers``).
 ``nv``        The CUDA driver's JIT cache (PTX -> SASS).
 
 Stdlib only, Python 3.9+.

@@ -261,7 +261,7 @@ def download(url: str, headers: dict, encoding: str, digest: str, size: int, des
         written = sink.written
         if stored_sha is not None and written == size and stored_sha.hexdigest() == stored_sha256:
             return tmp  # the very bytes the service verified, decoded to the expected length
-        got = sink.sha.hexdigest() if sink.sha is not None else (_file_sha256(tmp) if written == size else "")
+        got = sink.sha.hexdigest() if sink.sha is not None else (file_sha256(tmp) if written == size else "")
         if written != size or got != digest:
             raise IntegrityError(f"blob {digest[:12]}: got {written} bytes hashing to {got[:12]}, "
                                  f"expected {size} bytes with sha256 {digest[:12]}")
@@ -274,7 +274,8 @@ def download(url: str, headers: dict, encoding: str, digest: str, size: int, des
         raise
 
 
-def _file_sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """The hex SHA-256 of a file, read in chunks."""
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(CHUNK), b""):

@@ -7,9 +7,10 @@ A presigned GET URL is reused for half its lifetime (a resolve hands out one
 per blob): every URL handed out is still valid for at least ``expires / 2``
 seconds, and none outlives what a freshly signed one would, so the GC grace
 (see ``cachesvc.collect``) still outlives every URL. New GET URLs are signed
-with botocore's SigV4 query signer directly (path-style, as the client would
-make them), skipping the client's operation pipeline: 0.2 ms a URL instead of
-0.8 ms. PUT URLs still come from ``generate_presigned_url``.
+by ``presign.GetPresigner`` (SigV4 query signing, path-style, the same URL
+botocore makes): 0.02 ms a URL, against 0.2 ms through botocore's signer
+object and 0.8 ms through ``generate_presigned_url``. PUT URLs still come
+from ``generate_presigned_url``.
 """
 from __future__ import annotations
 
@@ -17,17 +18,14 @@ import io
 import os
 from typing import BinaryIO, Dict, Iterator, Optional
 
-from urllib.parse import quote
-
 import boto3
 from boto3.s3.transfer import TransferConfig
-from botocore.auth import S3SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ..ttlcache import TTLCache
 from . import BlobNotFound, Storage, StorageError
+from .presign import GetPresigner
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 
@@ -94,7 +92,7 @@ class S3Storage(Storage):
         self._signer = (_client(public_endpoint_url, region, access_key, secret_key)
                         if public_endpoint_url else self._s3)
         self._get_urls = TTLCache(0, size=50_000)  # (key, expires) -> presigned GET URL
-        self._region = region
+        self._presigner = GetPresigner(self._signer.meta.endpoint_url, region)
         self._credentials = boto3.session.Session(aws_access_key_id=access_key or None,
                                                   aws_secret_access_key=secret_key or None,
                                                   region_name=region).get_credentials()
@@ -184,8 +182,4 @@ class S3Storage(Storage):
         if self._credentials is None:  # no credentials at all: let botocore say so
             return self._signer.generate_presigned_url(
                 "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires)
-        url = f"{self._signer.meta.endpoint_url.rstrip('/')}/{self.bucket}/{quote(self._key(key), safe='/~')}"
-        request = AWSRequest(method="GET", url=url)
-        S3SigV4QueryAuth(self._credentials.get_frozen_credentials(), "s3", self._region,
-                         expires=expires).add_auth(request)
-        return request.url
+        return self._presigner.url(self.bucket, self._key(key), expires, self._credentials.get_frozen_credentials())

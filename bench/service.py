@@ -1,6 +1,7 @@
 """Service latency: resolve and list under 50 concurrent clients, PostgreSQL with 100,000 entries.
 
-    python bench/service.py [--entries 100000] [--files 20] [--clients 50] [--seconds 10] [--out FILE]
+    python bench/service.py [--entries 100000] [--files 20] [--clients 50] [--seconds 10]
+                            [--open-rates 50,100,200,400] [--out FILE]
 
 Creates a fresh PostgreSQL database (dropped at the end), starts `cachesvc
 serve` (gunicorn, its default workers and threads) with
@@ -13,6 +14,10 @@ wrk is missing, a bounded pool of Python threads):
   resolve (S3)     the same with S3 storage: every blob URL presigned (rclone on loopback, never called)
   list             GET /api/v1/entries (first page)
   list by name     GET /api/v1/entries?name=<one of 1,000 model names>
+
+Each resolve scenario runs closed loop (``--clients`` connections back to
+back: capacity) and then open loop at each of ``--open-rates`` requests/s
+(latency at a given load; the first rate is the target's).
 """
 from __future__ import annotations
 
@@ -242,12 +247,14 @@ def main(argv=None) -> dict:
     p.add_argument("--files", type=int, default=20, help="files per version")
     p.add_argument("--clients", type=int, default=50)
     p.add_argument("--seconds", type=float, default=10)
-    p.add_argument("--open-rate", type=float, default=50,
-                   help="requests/s of the open-loop resolve run (50 clients on a fixed schedule)")
+    p.add_argument("--open-rates", default="50,100,200,400",
+                   help="requests/s of the open-loop resolve runs, comma-separated (50 clients on a fixed "
+                        "schedule); the first is the target's (50 clients, one resolve a second each); '' for none")
     p.add_argument("--out", default=None)
     p.add_argument("--workdir", default=None)
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
     args = p.parse_args(argv)
+    rates = [float(x) for x in args.open_rates.split(",") if x.strip()]
     work = workdir(args.workdir, "bench-service-")
     src_env = service_source(args.service_ref, work / "service-src")
     dbname = f"cachesvc_bench_{uuid.uuid4().hex[:10]}"
@@ -285,10 +292,10 @@ def main(argv=None) -> dict:
                         results.append(r)
                         log(f"service: {label:18} {r['rps']:7.0f} req/s  p50 {r['p50_ms']:7.1f} ms  "
                             f"p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}")
-                        if label.startswith("resolve") and args.open_rate:
-                            r = drive_open(svc.url, paths, svc.token, args.clients, args.open_rate, args.seconds)
-                            r.update(scenario=f"{label}, open loop {args.open_rate:.0f}/s", clients=args.clients,
-                                     seconds=args.seconds)
+                        for rate in (rates if label.startswith("resolve") else []):
+                            r = drive_open(svc.url, paths, svc.token, args.clients, rate, args.seconds)
+                            r.update(scenario=f"{label}, open loop {rate:.0f}/s", clients=args.clients,
+                                     seconds=args.seconds, offered_rps=rate)
                             results.append(r)
                             log(f"service: {r['scenario']:18} {r['rps']:7.0f} req/s  p50 {r['p50_ms']:7.1f} ms  "
                                 f"p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}")
@@ -301,6 +308,7 @@ def main(argv=None) -> dict:
                 [[r["scenario"], r["clients"], r["rps"], r["p50_ms"], r["p90_ms"], r["p99_ms"], r["max_ms"],
                   r["errors"]] for r in results]), flush=True)
     doc = {"section": "service", "entries": args.entries, "files_per_version": args.files, "rows": results,
+           "target_rate": rates[0] if rates else None,
            "seconds": time.monotonic() - t0}
     if args.out:
         write_json(Path(args.out), doc)

@@ -46,20 +46,14 @@ def loaded(maps: Optional[str] = None) -> List[str]:
     return sorted(found)
 
 
-def triton_home_dir() -> str:
-    """Triton's own cache dir, whatever TRITON_CACHE_DIR says: ``$TRITON_HOME/.triton/cache``, else the home dir's."""
-    home = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
-    return os.path.abspath(os.path.join(home, ".triton", "cache"))
-
-
 def add(files: List[dict], where: Dict[Tuple[str, str], str], roots: List[roots_mod.Root],
         maps: Optional[str] = None) -> List[roots_mod.Root]:
     """List each loaded driver helper that lies in Triton's own dir and in no root, in ``files`` /
     ``where`` (as ``snapshot`` makes them; edited in place), under a ``triton`` root for that dir.
     Returns the roots, with that root added when a helper needed it."""
-    own = triton_home_dir()
-    helpers = [h for h in loaded(maps) if roots_mod._inside(h, own)
-               and not any(roots_mod._inside(h, r.path) for r in roots)]
+    own = roots_mod.triton_home_dir()
+    helpers = [h for h in loaded(maps) if roots_mod.inside(h, own)
+               and not any(roots_mod.inside(h, r.path) for r in roots)]
     if not helpers or any(r.role == "triton" for r in roots):  # a triton root elsewhere: the user set it
         return roots
     for helper in helpers:

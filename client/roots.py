@@ -109,10 +109,13 @@ def triton_cache_dir() -> str:
     i.e. $HOME, else the password database).
     """
     directory = os.environ.get("TRITON_CACHE_DIR", "").strip()
-    if not directory:
-        home = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
-        directory = os.path.join(home, ".triton", "cache")
-    return os.path.abspath(directory)
+    return os.path.abspath(directory) if directory else triton_home_dir()
+
+
+def triton_home_dir() -> str:
+    """Triton's own cache dir, whatever TRITON_CACHE_DIR says: ``$TRITON_HOME/.triton/cache``, else the home dir's."""
+    home = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
+    return os.path.abspath(os.path.join(home, ".triton", "cache"))
 
 
 def resolve_root(role: str, cache_dir: Optional[str] = None) -> str:
@@ -142,7 +145,7 @@ def resolve_root(role: str, cache_dir: Optional[str] = None) -> str:
     raise ValueError(f"unknown root role {role!r}; known: {', '.join(ROLES)}")
 
 
-def _inside(path: str, parent: str) -> bool:
+def inside(path: str, parent: str) -> bool:
     """Whether ``path`` is ``parent`` or below it (lexically, after normalising)."""
     path, parent = os.path.normpath(path), os.path.normpath(parent)
     return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
@@ -154,7 +157,7 @@ def with_exclusions(roots: Iterable[Root]) -> List[Root]:
     out = []
     for r in roots:
         nested = sorted({os.path.abspath(o.path) for o in roots
-                         if o is not r and _inside(o.path, r.path) and not _inside(r.path, o.path)})
+                         if o is not r and inside(o.path, r.path) and not inside(r.path, o.path)})
         out.append(Root(r.role, r.path, tuple(nested)))
     return out
 
@@ -174,7 +177,7 @@ def default_roots(cache_dir: Optional[str] = None) -> List[Root]:
     seen = set()
     for role in ROLES:
         path = resolve_root(role, inductor)
-        if role == "triton" and _inside(path, inductor):
+        if role == "triton" and inside(path, inductor):
             continue
         if path in seen:
             continue

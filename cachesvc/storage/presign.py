@@ -46,9 +46,9 @@ class GetPresigner:
 
     def __init__(self, endpoint_url: str, region: str, service: str = "s3",
                  clock: Callable[[], dt.datetime] = _utcnow):
-        self.base = endpoint_url.rstrip("/")
-        parts = urlsplit(self.base)
-        self.origin, self.host = f"{parts.scheme}://{parts.netloc}", canonical_host(self.base)
+        parts = urlsplit(endpoint_url.rstrip("/"))
+        self.origin, self.host = f"{parts.scheme}://{parts.netloc}", canonical_host(endpoint_url)
+        self.prefix = parts.path  # an endpoint's own path (a gateway's /s3), or ""
         self.region, self.service, self._clock = region, service, clock
         self._key: Optional[Tuple[str, str, bytes]] = None  # (secret, day, signing key)
         self._lock = threading.Lock()
@@ -72,7 +72,7 @@ class GetPresigner:
             params.append(("X-Amz-Security-Token", credentials.token))
         pairs = [(k, quote(v, safe="-_.~")) for k, v in params]
         query = "&".join(f"{k}={v}" for k, v in pairs)
-        path = urlsplit(f"{self.base}/{bucket}/{quote(key, safe='/~')}").path
+        path = f"{self.prefix}/{bucket}/{quote(key, safe='/~')}"
         canonical = "\n".join(["GET", path, "&".join(f"{k}={v}" for k, v in sorted(pairs)),
                                f"host:{self.host}", "", "host", "UNSIGNED-PAYLOAD"])
         to_sign = "\n".join([ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode("utf-8")).hexdigest()])

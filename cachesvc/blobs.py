@@ -9,7 +9,7 @@ that restores decode them in parallel); every frame is decoded.
 
 Having decoded the stored bytes itself, the service records their own sha256
 (``stored_sha256``): a restoring client that finds the stored bytes hash to it
-knows they decode to the blob without hashing the decoded bytes (README,
+knows they decode to the blob without hashing the decoded bytes (docs/security.md,
 "Security").
 """
 from __future__ import annotations

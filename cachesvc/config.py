@@ -1,7 +1,7 @@
 """Settings, in layers: defaults, then environment variables, then overrides.
 
-Every setting has an environment variable ``CACHESVC_<NAME>``; the README's
-"Settings" table lists them and a test keeps the two in step.
+Every setting has an environment variable ``CACHESVC_<NAME>``; docs/settings.md
+lists them and a test keeps the two in step.
 """
 from __future__ import annotations
 

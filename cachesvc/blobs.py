@@ -33,10 +33,11 @@ CHUNK = 1 << 20
 #: objects uploaded straight to storage at least this large (decoded) are read back and checked at
 #: commit, so their stored_sha256 can be recorded; smaller ones are hashed by the restoring client
 VERIFY_AT_COMMIT_MIN = 8 << 20
-#: a blob stored less than this before a pending version was created may have been missing when the version
-#: was told what to upload (the blob's commit was still running; clocks of workers differ): its PUT is
-#: answered "already stored", not refused
-RACE_SLACK = dt.timedelta(seconds=5)
+#: a blob stored less than this before a pending version was created may still have been missing when the
+#: version was told what to upload (its row is stamped just before its transaction commits; the clocks of
+#: service hosts differ a little): that version's PUT is answered "already stored", not refused. Either
+#: way nothing is written.
+RACE_SLACK = dt.timedelta(seconds=2)
 #: the first key of the PostgreSQL advisory locks that serialise the writers of one blob (``digest_lock``)
 _DIGEST_LOCK_SPACE = 0x626C6F62  # "blob"
 

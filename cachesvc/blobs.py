@@ -2,10 +2,17 @@
 straight to storage (presigned) and read back at commit.
 
 A body is streamed to a temp file while its sha256 is computed over the
-*decoded* bytes; only a body whose digest matches is handed to storage, so a
-bad upload leaves nothing behind (validate first, then write). A zstd body
-may be several concatenated frames (large blobs are published that way so
-that restores decode them in parallel); every frame is decoded.
+*decoded* bytes, decoded by ``cachesvc.decoding`` (bounded by the manifest's
+size); only a body whose digest matches is handed to storage, so a bad upload
+leaves nothing behind (validate first, then write). A zstd body may be
+several concatenated frames (large blobs are published that way so that
+restores decode them in parallel); every frame is decoded.
+
+Stored bytes never change: a PUT is accepted only for a blob its pending
+version was told to upload (``claim``), and the object is written only while
+no row exists, under a lock per blob (``store``), so a row always describes
+the object's bytes. The one writer of a stored blob's object is the service
+itself, healing an object found lost or replaced (``repair``).
 
 Having decoded the stored bytes itself, the service records their own sha256
 (``stored_sha256``): a restoring client that finds the stored bytes hash to it

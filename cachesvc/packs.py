@@ -15,6 +15,11 @@ A member becomes a ``blobs`` row with ``pack_digest`` / ``pack_offset``; a
 blob already stored (loose or in another pack) keeps its row, so nothing is
 ever packed twice. GC deletes a pack whole once no protecting version names
 any of its members (``cachesvc.collect``).
+
+A recorded pack's object is never written again: its upload target is the
+service's own URL, never a presigned PUT (``upload_targets``), and a PUT of it
+is checked and writes nothing (``claim``, ``store``). Members are decoded by
+``cachesvc.decoding``, bounded by their declared size.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from . import index
-from .decoding import BadBlob, BoundedDecoder, decode_all  # noqa: F401 - BadBlob and decode_all are this module's API too
+from .decoding import BadBlob, BoundedDecoder  # BadBlob is raised through this module's API too
 from .errors import Conflict, InvalidRequest
 from .models import Blob, Version, VersionFile, utcnow
 from .storage import BlobNotFound, Storage, blob_key
@@ -57,11 +57,9 @@ class _Check:
         self.dec = BoundedDecoder(encoding, size)
         self.declared = size
         self.sha, self.stored_sha = hashlib.sha256(), hashlib.sha256()
-        self.stored = 0
 
     def update(self, chunk: bytes) -> None:
         self.stored_sha.update(chunk)
-        self.stored += len(chunk)
         for piece in self.dec.feed(chunk):
             self.sha.update(piece)
 
@@ -73,7 +71,7 @@ class _Check:
         if self.sha.hexdigest() != digest:
             raise BadBlob(f"body hashes to sha256 {self.sha.hexdigest()}, not {digest}; nothing was stored",
                           {"expected": digest, "actual": self.sha.hexdigest()})
-        return {"digest": digest, "size": size, "stored_size": self.stored, "encoding": encoding,
+        return {"digest": digest, "size": size, "stored_size": self.dec.stored, "encoding": encoding,
                 "stored_sha256": self.stored_sha.hexdigest()}
 
 

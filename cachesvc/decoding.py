@@ -122,7 +122,8 @@ class BoundedDecoder:
         single_segment, dict_flag, fcs_flag = (fhd >> 5) & 1, fhd & 3, fhd >> 6
         self._checksum = bool(fhd & 0x04)
         self._dec.decompress(piece)
-        rest = (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag] + ((1 if single_segment else 0), 2, 4, 8)[fcs_flag]
+        window = 0 if single_segment else 1
+        rest = window + (0, 1, 2, 4)[dict_flag] + ((1 if single_segment else 0), 2, 4, 8)[fcs_flag]
         self._need, self._step = (rest, self._header_rest) if rest else (3, self._block_header)
         return b""
 

@@ -233,8 +233,8 @@ def read_stored(storage: Storage, blob: Blob) -> bytes:
         with storage.open(blob_key(blob.digest, blob.encoding)) as body:
             data = body.read(blob.stored_size + 1)
         if len(data) != blob.stored_size:
-            raise BadBlob(f"the object of blob {blob.digest} is {'longer' if len(data) > blob.stored_size else 'shorter'}"
-                          f" than the {blob.stored_size} bytes stored")
+            how = "longer" if len(data) > blob.stored_size else "shorter"
+            raise BadBlob(f"the object of blob {blob.digest} is {how} than the {blob.stored_size} bytes stored")
         return data
     return storage.read_range(pack_key(blob.pack_digest), blob.pack_offset, blob.stored_size)
 

@@ -22,8 +22,8 @@ def post(body):
     `read` scope: the processes that restore hold read tokens. A `no_hits` verdict of an exact-key
     restore (no `fallback`) sent with a token marks the version as a problem (entries API `problem`, the
     pages); an anonymous verdict (`CACHESVC_ANONYMOUS_READ`) only counts in `verify_count`
-    (`counted_toward_problem` false in the answer). Returns each version's counters; 404 when a version does not exist (nothing
-    is recorded).
+    (`counted_toward_problem` false in the answer). Returns each version's counters; 404 when a version
+    does not exist (nothing is recorded).
     """
     trusted = auth.current().token_id is not None
     with services().db.session() as s:

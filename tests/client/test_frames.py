@@ -9,7 +9,7 @@ import random
 import pytest
 import zstandard
 
-from cachesvc.blobs import BadBlob, decode_all
+from cachesvc.decoding import BadBlob, decode_all
 from cachesvc_client import frames, transfer
 
 

@@ -2,10 +2,17 @@
 straight to storage (presigned) and read back at commit.
 
 A body is streamed to a temp file while its sha256 is computed over the
-*decoded* bytes; only a body whose digest matches is handed to storage, so a
-bad upload leaves nothing behind (validate first, then write). A zstd body
-may be several concatenated frames (large blobs are published that way so
-that restores decode them in parallel); every frame is decoded.
+*decoded* bytes, decoded by ``cachesvc.decoding`` (bounded by the manifest's
+size); only a body whose digest matches is handed to storage, so a bad upload
+leaves nothing behind (validate first, then write). A zstd body may be
+several concatenated frames (large blobs are published that way so that
+restores decode them in parallel); every frame is decoded.
+
+Stored bytes never change: a PUT is accepted only for a blob its pending
+version was told to upload (``claim``), and the object is written only while
+no row exists, under a lock per blob (``store``), so a row always describes
+the object's bytes. The one writer of a stored blob's object is the service
+itself, healing an object found lost or replaced (``repair``).
 
 Having decoded the stored bytes itself, the service records their own sha256
 (``stored_sha256``): a restoring client that finds the stored bytes hash to it
@@ -14,126 +21,165 @@ knows they decode to the blob without hashing the decoded bytes (docs/security.m
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 import tempfile
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Optional, Tuple
 
-import zstandard
+from sqlalchemy import select, text, update
+from sqlalchemy.orm import Session
 
-from .errors import InvalidRequest
+from . import index
+from .decoding import BadBlob, BoundedDecoder  # BadBlob is raised through this module's API too
+from .errors import Conflict, InvalidRequest
+from .models import Blob, Version, VersionFile, utcnow
 from .storage import BlobNotFound, Storage, blob_key
 
 CHUNK = 1 << 20
 #: objects uploaded straight to storage at least this large (decoded) are read back and checked at
 #: commit, so their stored_sha256 can be recorded; smaller ones are hashed by the restoring client
 VERIFY_AT_COMMIT_MIN = 8 << 20
-
-
-class BadBlob(ValueError):
-    """The bytes are not a valid encoding of the blob (the message says why; ``details`` for the answer)."""
-
-    def __init__(self, message: str, details: Optional[dict] = None):
-        super().__init__(message)
-        self.details = details
-
-
-class Frames:
-    """Decode a zstd stream of one or more concatenated frames, chunk by chunk.
-
-    ``decode(chunk)`` returns the decoded bytes of ``chunk``; ``eof`` is True
-    when the input so far ends exactly at the end of a frame. Raises BadBlob.
-    """
-
-    def __init__(self):
-        self._dctx = zstandard.ZstdDecompressor()
-        self._dec = self._dctx.decompressobj()
-        self._started = False
-
-    def decode(self, chunk: bytes) -> bytes:
-        out = []
-        try:
-            while chunk:
-                if self._dec.eof:
-                    self._dec = self._dctx.decompressobj()
-                self._started = True
-                out.append(self._dec.decompress(chunk))
-                chunk = self._dec.unused_data if self._dec.eof else b""
-        except zstandard.ZstdError as exc:
-            raise BadBlob(f"body is not a valid zstd stream: {exc}") from None
-        return b"".join(out)
-
-    @property
-    def eof(self) -> bool:
-        return self._started and self._dec.eof
-
-
-def decode_all(raw: bytes) -> bytes:
-    """The decoded bytes of a whole zstd stream (one frame or several). Raises BadBlob."""
-    dec = Frames()
-    out = dec.decode(raw)
-    if not dec.eof:
-        raise BadBlob("zstd stream is truncated")
-    return out
+#: a blob stored less than this before a pending version was created may still have been missing when the
+#: version was told what to upload (its row is stamped just before its transaction commits; the clocks of
+#: service hosts differ a little): that version's PUT is answered "already stored", not refused. Either
+#: way nothing is written.
+RACE_SLACK = dt.timedelta(seconds=2)
+#: the first key of the PostgreSQL advisory locks that serialise the writers of one blob (``digest_lock``)
+_DIGEST_LOCK_SPACE = 0x626C6F62  # "blob"
 
 
 class _Check:
-    """sha256 of the stored bytes and of the decoded bytes, fed in order."""
+    """sha256 of the stored bytes and of the decoded bytes, fed in order; decoding stops one byte past
+    ``size``, the blob's declared decoded size (``cachesvc.decoding``)."""
 
-    def __init__(self, encoding: str):
-        self.dec = Frames() if encoding == "zstd" else None
+    def __init__(self, encoding: str, size: int):
+        self.dec = BoundedDecoder(encoding, size)
+        self.declared = size
         self.sha, self.stored_sha = hashlib.sha256(), hashlib.sha256()
-        self.size = self.stored = 0
 
     def update(self, chunk: bytes) -> None:
         self.stored_sha.update(chunk)
-        self.stored += len(chunk)
-        if self.dec is not None:
-            chunk = self.dec.decode(chunk)
-        self.sha.update(chunk)
-        self.size += len(chunk)
+        for piece in self.dec.feed(chunk):
+            self.sha.update(piece)
 
     def result(self, digest: str, encoding: str) -> dict:
-        if self.dec is not None and not self.dec.eof:
-            raise BadBlob("zstd stream is truncated")
+        size = self.dec.finish()
+        if size != self.declared:
+            raise BadBlob(f"body decodes to {size} bytes, the manifest says {self.declared}; nothing was stored",
+                          {"declared_size": self.declared, "size": size})
         if self.sha.hexdigest() != digest:
             raise BadBlob(f"body hashes to sha256 {self.sha.hexdigest()}, not {digest}; nothing was stored",
                           {"expected": digest, "actual": self.sha.hexdigest()})
-        return {"digest": digest, "size": self.size, "stored_size": self.stored, "encoding": encoding,
+        return {"digest": digest, "size": size, "stored_size": self.dec.stored, "encoding": encoding,
                 "stored_sha256": self.stored_sha.hexdigest()}
 
 
-def receive(storage: Storage, digest: str, encoding: str, body: BinaryIO) -> dict:
-    """Store ``body`` as blob ``digest``; return its row values. Raises InvalidRequest."""
+def receive(storage: Storage, digest: str, encoding: str, body: BinaryIO, size: int) -> Tuple[str, dict]:
+    """Stream ``body`` into a temp file beside storage and check that it is ``encoding`` of blob ``digest``
+    (``size`` decoded bytes; decoding stops one byte past it). Returns (the temp file, the blob's row
+    values): the caller stores it (``store``) or deletes it. Raises InvalidRequest, leaving no file."""
     tmp_dir = getattr(storage, "temp_dir", tempfile.gettempdir)()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-")
-    check = _Check(encoding)
+    check = _Check(encoding, size)
     try:
         with os.fdopen(fd, "wb") as out:
-            while True:
-                chunk = body.read(CHUNK)
-                if not chunk:
-                    break
+            for chunk in iter(lambda: body.read(CHUNK), b""):
                 out.write(chunk)
                 check.update(chunk)
-        row = check.result(digest, encoding)
-        storage.put_file(blob_key(digest, encoding), tmp)
+        return tmp, check.result(digest, encoding)
     except BadBlob as exc:
+        discard(tmp)
         raise InvalidRequest(str(exc), exc.details) from None
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def discard(tmp: str) -> None:
+    """Remove a temp file of ``receive`` that was not stored (``put_file`` consumes the ones that are)."""
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+
+
+def digest_lock(session: Session, digest: str) -> None:
+    """Serialise, until ``session`` commits, the writers of blob ``digest``'s object and row (PostgreSQL: an
+    advisory lock of its own key space; SQLite: the database's write lock, which serialises all writers)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(CAST(:space AS integer), CAST(:key AS integer))"),
+                        {"space": _DIGEST_LOCK_SPACE, "key": int(digest[:7], 16)})
+    else:
+        session.execute(text("UPDATE blobs SET digest = digest WHERE 1 = 0"))
+
+
+def store(session: Session, storage: Storage, tmp: str, row: dict) -> Optional[Blob]:
+    """Store a checked upload (``receive``) as its blob unless the blob is stored by now; None when this
+    call stored it, else the stored blob (its object and row untouched: stored bytes never change).
+    The temp file is consumed either way. Raises StorageError."""
+    try:
+        digest_lock(session, row["digest"])
+        stored = session.get(Blob, row["digest"])
+        if stored is not None:
+            return stored
+        storage.put_file(blob_key(row["digest"], row["encoding"]), tmp)
+        index.insert_blobs(session, [{**row, "created_at": utcnow()}])  # stamped under the lock: see claim()
+        return None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return row
+        discard(tmp)
 
 
-def check_stored(storage: Storage, digest: str, encoding: str) -> Optional[str]:
-    """Read blob ``digest`` back from storage and check that it decodes to ``digest``.
+def repair(session: Session, storage: Storage, tmp: str, row: dict) -> None:
+    """Make a checked upload (``receive``) the object of blob ``row["digest"]``, whose object (or pack) was
+    found lost or no longer decoding to the blob, and point its row at it. Only the service calls this, with
+    bytes it encoded itself from content whose sha256 it checked. The temp file is consumed. Raises
+    StorageError."""
+    try:
+        digest_lock(session, row["digest"])
+        storage.put_file(blob_key(row["digest"], row["encoding"]), tmp)
+        session.execute(update(Blob).where(Blob.digest == row["digest"]).values(
+            encoding=row["encoding"], stored_size=row["stored_size"], stored_sha256=row["stored_sha256"],
+            pack_digest=None, pack_offset=None))
+    finally:
+        discard(tmp)
+
+
+def claim(session: Session, digest: str, version_id: Optional[int]) -> Tuple[int, Optional[Blob]]:
+    """May blob ``digest`` be PUT for pending version ``version_id`` (None: any pending version naming it)?
+
+    Returns (its decoded size in the manifest, the blob when it is stored already). A stored blob is
+    never written again: the PUT is refused with Conflict when the blob was stored before the version
+    was created (so the version was never asked to upload it), and is answered without writing when a
+    concurrent publish stored it since (``RACE_SLACK``). Raises InvalidRequest when no such version
+    names the blob, Conflict when the version's upload lease has run out.
+    """
+    q = (select(VersionFile.size, Version).join(Version, Version.id == VersionFile.version_id)
+         .where(VersionFile.digest == digest, Version.state == "pending"))
+    if version_id is not None:
+        q = q.where(Version.id == version_id)
+    found = session.execute(q.order_by(Version.id.desc()).limit(1)).first()
+    if found is None:
+        where = f"pending version {version_id}" if version_id is not None else "any pending version"
+        raise InvalidRequest(f"blob {digest} is not named by {where}; publish a manifest first")
+    size, version = found
+    if version.lease_expires_at and version.lease_expires_at < utcnow():
+        raise Conflict(f"version {version.id} was not committed within its upload lease; publish again")
+    blob = session.get(Blob, digest)
+    if blob is not None and (version_id is None or blob.created_at < version.created_at - RACE_SLACK):
+        raise Conflict(f"blob {digest} is already stored and stored blobs are never overwritten; version "
+                       f"{version.id} was not asked to upload it (only blobs missing at publish are)",
+                       {"sha256": digest, "stored_size": blob.stored_size, "encoding": blob.encoding})
+    return size, blob
+
+
+def check_stored(storage: Storage, digest: str, encoding: str, size: int) -> Optional[str]:
+    """Read blob ``digest`` back from storage and check that it decodes to ``digest`` (``size`` bytes;
+    decoding stops one byte past it).
 
     Returns the sha256 of the stored bytes; None when the object is gone.
     Raises BadBlob when it does not decode to the blob, StorageError when
     storage fails.
     """
-    check = _Check(encoding)
+    check = _Check(encoding, size)
     try:
         with storage.open(blob_key(digest, encoding)) as body:
             for chunk in iter(lambda: body.read(CHUNK), b""):

@@ -25,7 +25,7 @@ GC first deletes the rows of versions that no longer protect (expired
 pending ones, purged ones past the grace) and entries left without versions;
 every version left then protects, so a blob is collectable exactly when no
 ``version_files`` row and no live remote-cache item names it (items idle for
-``REMOTE_CACHE_MAX_IDLE_DAYS`` are evicted first: ``cachesvc.remote_cache``).
+``REMOTE_CACHE_MAX_IDLE_DAYS`` are evicted first).
 
 **Packs** (``cachesvc.packs``) go whole: a pack, its row and its members' blob
 rows are deleted once none of its members is named by a version or a
@@ -65,10 +65,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 from sqlalchemy import delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import Session, selectinload
 
-from . import index, remote_cache
+from . import index
 from .db import Database
 from .errors import InvalidRequest
-from .models import Blob, Entry, Event, Pack, PendingPack, Version, VersionFile, utcnow
+from .models import Blob, Entry, Event, Pack, PendingPack, RemoteCacheItem, Version, VersionFile, utcnow
 from .storage import Storage, StorageError, blob_key, pack_key
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,19 @@ def _drop_dead_versions(db: Database, settings: dict, now: dt.datetime) -> dict:
 
 
 def _unreferenced(digest_col):
-    return ~exists().where(VersionFile.digest == digest_col) & ~remote_cache.referenced_by_items(digest_col)
+    return ~exists().where(VersionFile.digest == digest_col) & ~exists().where(RemoteCacheItem.digest == digest_col)
+
+
+def _evict_items(db: Database, settings: dict, now: dt.datetime) -> dict:
+    """Delete the remote-cache items not used for ``REMOTE_CACHE_MAX_IDLE_DAYS`` (0: never), so their
+    blobs can be collected."""
+    days = settings["REMOTE_CACHE_MAX_IDLE_DAYS"]
+    if not days:
+        return {"remote_cache_items_evicted": 0}
+    with db.session() as s:
+        gone = s.execute(delete(RemoteCacheItem).where(
+            RemoteCacheItem.last_used_at < now - dt.timedelta(days=days))).rowcount
+    return {"remote_cache_items_evicted": gone}
 
 
 def _delete_keys(storage: Storage, keys: List[str]) -> int:
@@ -367,7 +379,7 @@ def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime
     """
     now = now or utcnow()
     result = _drop_dead_versions(db, settings, now)
-    result.update(remote_cache.evict(db, settings, now))
+    result.update(_evict_items(db, settings, now))
     result.update(_collect_rows(db, storage))
     packs = _collect_packs(db, storage)
     result["bytes_freed"] += packs.pop("pack_bytes_freed")

@@ -68,7 +68,8 @@ class Metrics:
                                  "out as presigned URLs in resolve answers", ["via"], registry=r)
         self.gc_runs = Counter("cachesvc_gc_run", "GC runs in this service", registry=r)
         self.remote_cache = Counter("cachesvc_remote_cache_requests", "Inductor live remote-cache requests by "
-                                    "cache and result (hit, miss, put, too_large)", ["cache", "result"], registry=r)
+                                    "cache and result (hit, miss, corrupt: the stored bytes are not the value PUT, "
+                                    "put, too_large)", ["cache", "result"], registry=r)
 
     def install(self, app: Flask) -> None:
         app.before_request(self._start)

@@ -15,6 +15,11 @@ A member becomes a ``blobs`` row with ``pack_digest`` / ``pack_offset``; a
 blob already stored (loose or in another pack) keeps its row, so nothing is
 ever packed twice. GC deletes a pack whole once no protecting version names
 any of its members (``cachesvc.collect``).
+
+A recorded pack's object is never written again: its upload target is the
+service's own URL, never a presigned PUT (``upload_targets``), and a PUT of it
+is checked and writes nothing (``claim``, ``store``). Members are decoded by
+``cachesvc.decoding``, bounded by their declared size.
 """
 from __future__ import annotations
 
@@ -24,10 +29,11 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
-import zstandard
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from . import index
+from . import blobs, index
+from .decoding import BadBlob, decode_all
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Pack, PendingPack, Version, utcnow
 from .storage import BlobNotFound, Storage, blob_key, pack_key
@@ -62,21 +68,40 @@ def pending(session: Session, version: Version, digests: List[str]) -> None:
 
 
 def upload_targets(session: Session, storage: Storage, version_id: int, packs: List[dict], expires: int) -> List[dict]:
-    """Where to PUT each pack of a pending version: ``[{"sha256", "target"}]``."""
+    """Where to PUT each pack of a pending version: ``[{"sha256", "target"}]``. A pack already recorded
+    (committed by another publish of the same small blobs) gets the service's own URL, never a presigned
+    one: that PUT checks the body and writes nothing, so a recorded pack's object is never overwritten."""
     pending(session, index.get_or_404(session, Version, version_id, "version"), [p["sha256"] for p in packs])
+    recorded = set(session.scalars(select(Pack.digest).where(Pack.digest.in_([p["sha256"] for p in packs]))))
     out = []
     for p in packs:
         if p["size"] > MAX_PACK:
             raise PayloadTooLarge(f"pack {p['sha256']} is {p['size']} bytes; the limit is {MAX_PACK}")
-        target = storage.upload_target(pack_key(p["sha256"]), expires)
+        target = None if p["sha256"] in recorded else storage.upload_target(pack_key(p["sha256"]), expires)
         if target is None:
             target = {"method": "PUT", "url": f"/api/v1/packs/{p['sha256']}?version={version_id}", "headers": {}}
         out.append({"sha256": p["sha256"], "target": target})
     return out
 
 
-def receive(storage: Storage, digest: str, body: BinaryIO) -> int:
-    """Store ``body`` as pack ``digest`` if it hashes to it; return its size. Raises InvalidRequest."""
+def claim(session: Session, version: Version, digest: str) -> bool:
+    """May pack ``digest`` be PUT for ``version``? True when it is recorded already (the PUT then writes
+    nothing). Raises Conflict for a recorded pack the version was never given a target for, and what
+    ``pending`` raises; records the pack as pending for the version otherwise."""
+    if session.get(Pack, digest) is None:
+        pending(session, version, [digest])
+        return False
+    asked = session.get(PendingPack, (version.id, digest)) is not None
+    if not asked or version.state != "pending":
+        raise Conflict(f"pack {digest} is stored already and stored packs are never overwritten; ask for its "
+                       f"upload target (POST /api/v1/versions/{version.id}/packs) first")
+    pending(session, version, [digest])  # the lease check
+    return True
+
+
+def receive(storage: Storage, digest: str, body: BinaryIO) -> Tuple[str, int]:
+    """Stream ``body`` into a temp file and check that it hashes to ``digest``; return (the temp file, its
+    size) for ``store``. Raises InvalidRequest, PayloadTooLarge, leaving no file."""
     tmp_dir = getattr(storage, "temp_dir", tempfile.gettempdir)()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-pack-")
     sha, size = hashlib.sha256(), 0
@@ -91,11 +116,23 @@ def receive(storage: Storage, digest: str, body: BinaryIO) -> int:
         if sha.hexdigest() != digest:
             raise InvalidRequest(f"body hashes to sha256 {sha.hexdigest()}, not {digest}; nothing was stored",
                                  {"expected": digest, "actual": sha.hexdigest()})
+    except BaseException:
+        blobs.discard(tmp)
+        raise
+    return tmp, size
+
+
+def store(session: Session, storage: Storage, digest: str, tmp: str) -> bool:
+    """Store a checked pack (``receive``) unless a commit recorded it meanwhile; True when this call wrote
+    it. The temp file is consumed. Raises StorageError."""
+    try:
+        blobs.digest_lock(session, digest)
+        if session.get(Pack, digest) is not None:
+            return False
         storage.put_file(pack_key(digest), tmp)
+        return True
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return size
+        blobs.discard(tmp)
 
 
 def _check_layout(pack: dict, sizes: Dict[str, int]) -> None:
@@ -115,19 +152,6 @@ def _check_layout(pack: dict, sizes: Dict[str, int]) -> None:
                                  f"(blobs of {MAX_MEMBER} bytes and more are uploaded loose)")
 
 
-def _decode(data: bytes, encoding: str, size: int) -> Optional[bytes]:
-    try:
-        if encoding == "zstd":
-            dec = zstandard.ZstdDecompressor().decompressobj()
-            out = dec.decompress(data)
-            if not dec.eof or dec.unused_data:
-                return None
-            return out
-    except zstandard.ZstdError:
-        return None
-    return data
-
-
 def _verify_one(storage: Storage, pack: dict) -> Tuple[Optional[str], int]:
     """(None, the pack's size) when the pack is stored and every member checks out; else (what is wrong,
     0), "missing" when the pack is not in storage. Reads the pack once."""
@@ -139,9 +163,11 @@ def _verify_one(storage: Storage, pack: dict) -> Tuple[Optional[str], int]:
         return f"pack {digest} is {size} bytes, over the {MAX_PACK}-byte limit", 0
     try:
         with storage.open(pack_key(digest)) as body:
-            data = body.read()
+            data = body.read(size + 1)  # no more than the stat said (a read of n allocates n)
     except BlobNotFound:  # deleted since the stat
         return "missing", 0
+    if len(data) != size:
+        return f"pack {digest} changed in storage while it was read", 0
     if hashlib.sha256(data).hexdigest() != digest:
         return f"pack {digest}: the stored bytes do not hash to its name", 0
     return _check_members(data, pack), len(data)
@@ -153,9 +179,10 @@ def _check_members(data: bytes, pack: dict) -> Optional[str]:
         end = m["offset"] + m["stored_size"]
         if end > len(data):
             return f"pack {digest}: member {m['sha256']} ends at {end}, past the pack's {len(data)} bytes"
-        raw = _decode(data[m["offset"]:end], m["encoding"], m["size"])
-        if raw is None:
-            return f"pack {digest}: member {m['sha256']} is not a whole zstd frame"
+        try:
+            raw = decode_all(memoryview(data)[m["offset"]:end], m["encoding"], m["size"])
+        except BadBlob as exc:
+            return f"pack {digest}: member {m['sha256']} does not decode: {exc}"
         if len(raw) != m["size"] or hashlib.sha256(raw).hexdigest() != m["sha256"]:
             return (f"pack {digest}: member {m['sha256']} decodes to {len(raw)} bytes hashing to "
                     f"{hashlib.sha256(raw).hexdigest()}")
@@ -199,10 +226,16 @@ def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[st
 
 
 def read_stored(storage: Storage, blob: Blob) -> bytes:
-    """A blob's stored bytes (encoded as ``blob.encoding``), loose or packed. Raises BlobNotFound, StorageError."""
+    """A blob's stored bytes (encoded as ``blob.encoding``), loose or packed: the ``stored_size`` bytes its row
+    records, never more. Raises BlobNotFound, StorageError; BadBlob when a loose object is not that long
+    (replaced in storage)."""
     if blob.pack_digest is None:
         with storage.open(blob_key(blob.digest, blob.encoding)) as body:
-            return body.read()
+            data = body.read(blob.stored_size + 1)
+        if len(data) != blob.stored_size:
+            how = "longer" if len(data) > blob.stored_size else "shorter"
+            raise BadBlob(f"the object of blob {blob.digest} is {how} than the {blob.stored_size} bytes stored")
+        return data
     return storage.read_range(pack_key(blob.pack_digest), blob.pack_offset, blob.stored_size)
 
 

@@ -53,10 +53,11 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
     return sizes
 
 
-def upload_target(storage: Storage, digest: str, encoding: str, expires: int) -> dict:
+def upload_target(storage: Storage, digest: str, encoding: str, expires: int, version_id: int) -> dict:
     target = storage.upload_target(blob_key(digest, encoding), expires)
     if target is None:  # bytes go through the service (local backend, or presigning off)
-        target = {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}", "headers": {}}
+        target = {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}&version={version_id}",
+                  "headers": {}}
     return target
 
 
@@ -93,7 +94,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     index.insert_version_files(session, version.id, files)
     expires = settings["PRESIGN_EXPIRES"]
     upload = [{"sha256": d, "size": sizes[d],
-               "targets": {enc: upload_target(storage, d, enc, expires) for enc in ENCODINGS}}
+               "targets": {enc: upload_target(storage, d, enc, expires, version.id) for enc in ENCODINGS}}
               for d in sorted(set(sizes) - set(present))]
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
                  "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
@@ -113,7 +114,7 @@ def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int) 
         if size < blobs.VERIFY_AT_COMMIT_MIN:
             return enc, stored, None
         try:
-            stored_sha = blobs.check_stored(storage, digest, enc)
+            stored_sha = blobs.check_stored(storage, digest, enc, size)
         except blobs.BadBlob:
             return None  # the publisher uploads it again
         return (enc, stored, stored_sha) if stored_sha is not None else None

@@ -19,8 +19,16 @@ An item is named by ``(cache, env_digest, key)``:
 The value is opaque bytes (Inductor's JSON-encoded dict). It is stored
 zstd-compressed in the blob store under its sha256, so the blob layout, GC
 and both storage backends are the ones of published versions; a blob named
-by an item is never collected (``referenced_by_items``), and ``evict`` drops
-items not used for ``REMOTE_CACHE_MAX_IDLE_DAYS`` so GC can collect them.
+by an item is never collected, and GC evicts items not used for
+``REMOTE_CACHE_MAX_IDLE_DAYS`` so it can collect theirs (``cachesvc.collect``).
+
+A GET checks what it read before serving it (whoever can write to the bucket
+must not reach Inductor through it): the stored bytes are decoded, bounded by
+the value's size recorded at PUT (``cachesvc.decoding``), and must hash to
+the value's sha256 recorded at PUT; anything else is a miss, logged and
+counted (``corrupt``). The 200 carries that sha256 in ``X-Cachesvc-Sha256``
+for the client's own check. A PUT of a value whose stored object is lost or
+replaced writes it again (``blobs.repair``), so the fleet's next compile heals it.
 
 A PUT takes the store lock (shared) like a publish, so GC runs wholly before
 or after it and never deletes a blob between its upload and its item row.
@@ -31,20 +39,19 @@ import datetime as dt
 import hashlib
 import io
 import logging
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import zstandard
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import blobs, collect, index, packs
-from .db import Database
+from . import blobs, collect, decoding, packs
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
-from .storage import BlobNotFound, Storage
+from .storage import BlobNotFound, ShortObject, Storage
 
 log = logging.getLogger(__name__)
 
@@ -81,49 +88,68 @@ def _find(session: Session, cache: str, env: Dict[str, str], key: str) -> Option
         RemoteCacheItem.key == key)).first()
 
 
+class Lookup(NamedTuple):
+    """What a GET found: ``value`` (None on a miss) and ``result``, the metrics label: ``hit``, ``miss``
+    (no item, or its object is lost) or ``corrupt`` (the stored bytes are not the value that was PUT)."""
+
+    value: Optional[bytes]
+    result: str
+    sha256: Optional[str] = None  # of ``value``, checked
+
+
+def _read_value(storage: Storage, blob: Blob, size: int) -> Tuple[Optional[bytes], str]:
+    """(the value, "") when ``blob``'s stored bytes decode (bounded by ``size``) to ``size`` bytes hashing to
+    ``blob.digest``; else (None, why). Raises StorageError when storage fails."""
+    try:
+        value = decoding.decode_all(packs.read_stored(storage, blob), blob.encoding, size)
+    except BlobNotFound:
+        return None, "lost"
+    except (decoding.BadBlob, ShortObject) as exc:
+        return None, f"corrupt: {exc}"
+    if len(value) != size or hashlib.sha256(value).hexdigest() != blob.digest:
+        return None, f"corrupt: the stored bytes decode to {len(value)} bytes of other content"
+    return value, ""
+
+
 def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key: str,
-        now: Optional[dt.datetime] = None) -> Optional[bytes]:
-    """The value stored under the name, or None (a miss, also when its object is lost). Raises StorageError
-    when storage fails."""
-    now = now or utcnow()
+        now: Optional[dt.datetime] = None) -> Lookup:
+    """The value stored under the name, checked against the sha256 and size recorded when it was PUT: a lost
+    object or bytes that are not that value are a miss, logged. Raises StorageError when storage fails."""
     item = _find(session, cache, env, key)
     if item is None:
-        return None
+        return Lookup(None, "miss")
     blob = session.get(Blob, item.digest)
     if blob is None:  # cannot happen while GC keeps item blobs; a miss all the same
         log.warning("remote cache item %s/%s names blob %s, which is not stored", cache, key, item.digest)
-        return None
-    try:
-        raw = packs.read_stored(storage, blob)
-    except BlobNotFound:  # one lost object: a miss for this key (Inductor compiles and puts it again)
-        log.warning("remote cache item %s/%s: blob %s is indexed but missing from storage", cache, key, blob.digest)
-        return None
-    try:
-        value = blobs.decode_all(raw) if blob.encoding == "zstd" else raw  # several frames if a large publish stored it
-    except blobs.BadBlob as exc:  # a damaged object: a miss, like a lost one
-        log.warning("remote cache item %s/%s: blob %s does not decode: %s", cache, key, blob.digest, exc)
-        return None
+        return Lookup(None, "miss")
+    value, why = _read_value(storage, blob, item.size)
+    if value is None:  # a miss: Inductor compiles, and its PUT stores the value again (``put``)
+        log.warning("remote cache item %s/%s (id %s): blob %s is %s; answered as a miss", cache, key, item.id,
+                    blob.digest, "indexed but missing from storage" if why == "lost" else why)
+        return Lookup(None, "miss" if why == "lost" else "corrupt")
     session.execute(update(RemoteCacheItem).where(RemoteCacheItem.id == item.id)
-                    .values(hit_count=RemoteCacheItem.hit_count + 1, last_used_at=now))
-    return value
+                    .values(hit_count=RemoteCacheItem.hit_count + 1, last_used_at=now or utcnow()))
+    return Lookup(value, "hit", blob.digest)
 
 
 def put(session: Session, storage: Storage, cache: str, env: Dict[str, str], key: str, value: bytes,
         now: Optional[dt.datetime] = None) -> dict:
-    """Store ``value`` under the name (replacing an older value); return the item's summary."""
+    """Store ``value`` under the name (replacing an older value); return the item's summary. A blob already
+    stored for the value is checked first: one whose object is lost or no longer holds the value is written
+    again from ``value`` (``blobs.repair``)."""
     now = now or utcnow()
     digest = hashlib.sha256(value).hexdigest()
     collect.store_lock(session)  # GC runs wholly before this (the blob row is gone: store it again) or after
     blob = session.get(Blob, digest)
-    encoding = blob.encoding if blob is not None else "zstd"
-    if blob is None or not packs.stored_somewhere(storage, blob):  # new, or its object was lost
+    if blob is None or _read_value(storage, blob, len(value))[0] is None:  # new, or its object lost or replaced
+        encoding = blob.encoding if blob is not None else "zstd"
         body = zstandard.ZstdCompressor(level=3).compress(value) if encoding == "zstd" else value
-        row = blobs.receive(storage, digest, encoding, io.BytesIO(body))
-        if blob is not None and blob.pack_digest is not None:  # its pack was lost: the row names the new object
-            session.execute(update(Blob).where(Blob.digest == digest)
-                            .values(pack_digest=None, pack_offset=None, stored_size=row["stored_size"]))
+        tmp, row = blobs.receive(storage, digest, encoding, io.BytesIO(body), len(value))
+        if blob is None:
+            blobs.store(session, storage, tmp, row)
         else:
-            index.insert_blobs(session, [row])
+            log.warning("remote cache: blob %s was lost or replaced in storage; stored again", digest)
+            blobs.repair(session, storage, tmp, row)
     values = {"cache": cache, "env_digest": keys.env_digest(env), "key": key, "env": env, "digest": digest,
               "size": len(value), "created_at": now, "last_used_at": now, "hit_count": 0}
     mod = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
@@ -132,21 +158,3 @@ def put(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
         index_elements=["cache", "env_digest", "key"],
         set_={"digest": digest, "size": len(value), "last_used_at": now}))
     return {"cache": cache, "key": key, "sha256": digest, "size": len(value)}
-
-
-# -- garbage collection ----------------------------------------------------------------
-
-def referenced_by_items(digest_col):
-    """SQL condition: some remote-cache item names the blob ``digest_col`` (GC keeps it)."""
-    return exists().where(RemoteCacheItem.digest == digest_col)
-
-
-def evict(db: Database, settings: dict, now: Optional[dt.datetime] = None) -> dict:
-    """Delete the items not used for ``REMOTE_CACHE_MAX_IDLE_DAYS`` (0: never); GC then collects their blobs."""
-    days = settings["REMOTE_CACHE_MAX_IDLE_DAYS"]
-    if not days:
-        return {"remote_cache_items_evicted": 0}
-    cutoff = (now or utcnow()) - dt.timedelta(days=days)
-    with db.session() as s:
-        gone = s.execute(delete(RemoteCacheItem).where(RemoteCacheItem.last_used_at < cutoff)).rowcount
-    return {"remote_cache_items_evicted": gone}

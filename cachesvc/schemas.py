@@ -111,6 +111,9 @@ class PackPutArgs(Schema):
 
 class BlobPutArgs(Schema):
     encoding = fields.String(load_default="identity", validate=validate.OneOf(["identity", "zstd"]))
+    version = fields.Integer(validate=validate.Range(1, 2**31 - 1),
+                             metadata={"description": "the pending version that was told to upload the blob "
+                                                      "(its upload target names it)"})
 
 
 class ResolveArgs(Schema):

@@ -9,6 +9,13 @@ pages): its files arrive but nothing hits, so every restore of it is wasted
 (a changed Inductor config, a torch path that differs, a key that misses a
 field). A fallback restore of another shape is expected to miss its graphs,
 so its verdict counts but never marks a problem.
+
+Only a verdict sent with a token (any scope: the fleet holds read tokens)
+sets ``last_verdict`` and so marks or clears a problem. An anonymous one
+(``CACHESVC_ANONYMOUS_READ``) counts in ``verify_count`` alone: anyone who
+can reach the service could otherwise flag every version (docs/security.md).
+A verdict is not tied to a resolve of the version by the same token: the
+service keeps no such record, and a token that may read may resolve first.
 """
 from __future__ import annotations
 
@@ -25,14 +32,16 @@ def is_problem(v: Version) -> bool:
     return v.last_verdict == "no_hits"
 
 
-def record(session: Session, version_ids: List[int], verdict: str, fallback: str) -> List[dict]:
-    """Count ``verdict`` on each version; NotFound (nothing recorded) when one does not exist."""
+def record(session: Session, version_ids: List[int], verdict: str, fallback: str, *, trusted: bool) -> List[dict]:
+    """Count ``verdict`` on each version; it sets ``last_verdict`` (and may mark a problem) only when
+    ``trusted`` (sent with a token) and not a fallback's. NotFound (nothing recorded) when a version does
+    not exist."""
     ids = sorted(set(version_ids))
     known = set(session.scalars(select(Version.id).where(Version.id.in_([i for i in ids if 0 <= i <= MAX_ID]))))
     if set(ids) - known:
         raise NotFound(f"version(s) {', '.join(map(str, sorted(set(ids) - known)))} do not exist")
     values = {"verify_count": Version.verify_count + 1}
-    if not fallback:
+    if trusted and not fallback:
         values.update(last_verdict=verdict, last_verified_at=utcnow(),
                       no_hit_count=Version.no_hit_count + (1 if verdict == "no_hits" else 0))
     session.execute(update(Version).where(Version.id.in_(ids)).values(**values))

@@ -1,10 +1,12 @@
 """Small builders shared by the service and client tests."""
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Dict, List, Optional
 
 import requests
+import zstandard
 
 ENV = {"torch": "2.13.0+cpu", "triton": "none", "cuda": "none", "python": "3.11", "device": "x86_64",
        "arch": "avx512"}
@@ -70,3 +72,17 @@ def resolve_params(k: dict) -> dict:
     import json
 
     return {"name": k["name"], "shape": k["shape"], "tags": json.dumps(k["tags"]), **k["env"]}
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros_frame(mib: int) -> bytes:
+    """One zstd frame of ``mib`` MiB of zeros (a few KiB), compressed a MiB at a time."""
+    co = zstandard.ZstdCompressor(level=1).compressobj()
+    chunk = bytes(1 << 20)
+    return b"".join([co.compress(chunk) for _ in range(mib)] + [co.flush()])
+
+
+def zstd_bomb(decoded: int = 4 << 30, frame_mib: int = 128) -> bytes:
+    """zstd bytes that decode to ``decoded`` bytes of zeros (a multiple of ``frame_mib`` MiB): frames of
+    ``frame_mib`` MiB each, so 4 GiB take about 130 KiB. ``frame_mib=decoded >> 20`` makes one frame."""
+    return _zeros_frame(frame_mib) * (decoded // (frame_mib << 20))

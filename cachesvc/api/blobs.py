@@ -1,17 +1,21 @@
 """Blob bytes through the service: used by the local backend (and S3 with presigning off)."""
 from __future__ import annotations
 
+import os
+from typing import BinaryIO, Iterator
+
 from flask import Response, request, send_file
 from flask_smorest import Blueprint
-from sqlalchemy import select
 
-from .. import blobs, index, metrics, packs
-from ..errors import InvalidRequest, NotFound, Unavailable
-from ..models import Blob, Version, VersionFile
-from ..schemas import BlobPutArgs
-from ..storage import BlobNotFound, StorageError, blob_key
+from .. import blobs, metrics, packs
+from ..errors import NotFound, Unavailable
+from ..models import Blob
+from ..schemas import BlobPutArgs, ErrorSchema
+from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
 from ..auth import requires
 from . import BINARY_BODY, digest_arg, services
+
+OCTET_STREAM = "application/octet-stream"
 
 blp = Blueprint("blobs", __name__, url_prefix="/api/v1/blobs", description="Content-addressed blob bytes")
 
@@ -20,25 +24,38 @@ blp = Blueprint("blobs", __name__, url_prefix="/api/v1/blobs", description="Cont
 @requires("write")
 @blp.arguments(BlobPutArgs, location="query")
 @blp.response(201)
+@blp.alt_response(200, description="A concurrent publish stored the blob since this version was created; the "
+                                   "body was checked, nothing was written (`status: already_stored`)")
+@blp.alt_response(409, schema=ErrorSchema, description="The blob was stored before this version was created: "
+                                                        "stored blobs are never overwritten")
 @blp.doc(requestBody=BINARY_BODY)
 def put(args, sha256):
-    """Upload a blob named in a pending version; the body must hash to `sha256` after decoding."""
+    """Upload a blob that a pending version was told to upload (`version`, as in its upload target); the
+    body must decode to exactly the manifest's size and hash to `sha256`.
+
+    400 when it does not (a body that decodes past the size is refused there), 409 `conflict` for a blob
+    stored before the version was created: a stored blob's bytes never change.
+    """
     digest = digest_arg(sha256)
     svc = services()
     with svc.db.session() as s:
-        wanted = s.execute(select(VersionFile.digest).join(Version, Version.id == VersionFile.version_id)
-                           .where(VersionFile.digest == digest, Version.state == "pending").limit(1)).first()
-        if wanted is None:
-            raise InvalidRequest(f"blob {digest} is not named by any pending version; publish a manifest first")
+        size, stored = blobs.claim(s, digest, args.get("version"))
     request.max_content_length = svc.settings["MAX_BLOB_BYTES"]
     try:
-        row = blobs.receive(svc.storage, digest, args["encoding"], request.stream)
+        tmp, row = blobs.receive(svc.storage, digest, args["encoding"], request.stream, size)
+        if stored is None:
+            with svc.db.session() as s:
+                stored = blobs.store(s, svc.storage, tmp, row)
+        else:
+            blobs.discard(tmp)
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
-    with svc.db.session() as s:
-        index.insert_blobs(s, [row])
+    if stored is not None:  # nothing written: the stored bytes stay as they are
+        return {"sha256": digest, "size": stored.size, "stored_size": stored.stored_size,
+                "encoding": stored.encoding, "status": "already_stored"}, 200
     metrics.current().bytes_in.labels("service").inc(row["stored_size"])
-    return {"sha256": digest, "size": row["size"], "stored_size": row["stored_size"], "encoding": row["encoding"]}
+    return {"sha256": digest, "size": row["size"], "stored_size": row["stored_size"], "encoding": row["encoding"],
+            "status": "stored"}
 
 
 @blp.route("/<sha256>", methods=["GET"])
@@ -57,20 +74,51 @@ def get(sha256):
         s.expunge(blob)
     key = blob_key(digest, encoding)
     headers = {"X-Cachesvc-Encoding": encoding, "X-Cachesvc-Size": str(size)}
-    path = svc.storage.local_path(key)
     try:
         if blob.pack_digest is not None:  # a slice of its pack (older clients know only this URL)
-            resp = Response(packs.read_stored(svc.storage, blob), mimetype="application/octet-stream")
-        elif path is not None:
-            resp = send_file(path, mimetype="application/octet-stream", conditional=False, etag=False)
+            resp = Response(packs.read_stored(svc.storage, blob), mimetype=OCTET_STREAM)
         else:
-            body = svc.storage.open(key)
-            resp = Response(iter(lambda: body.read(1 << 20), b""), mimetype="application/octet-stream")
-            resp.headers["Content-Length"] = str(stored)
-    except (FileNotFoundError, BlobNotFound):
+            resp = send_object(svc.storage.open(key), stored)
+    except BlobNotFound:
         raise NotFound(f"blob {digest} is indexed but missing from storage") from None
+    except ShortObject:
+        raise NotFound(f"blob {digest}: its pack in storage is shorter than recorded (damaged)") from None
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
     resp.headers.update(headers)
     metrics.current().bytes_out.labels("service").inc(stored)
+    return resp
+
+
+def send_object(body: BinaryIO, length: int, conditional: bool = False) -> Response:
+    """A response that streams storage object ``body`` and closes it. A local file goes by sendfile with its
+    own size (answering ``Range`` requests when ``conditional``); another stream (S3) in 1 MiB reads, cut at
+    the ``length`` bytes its row records, whatever the object holds now."""
+    try:
+        fileno = body.fileno()
+    except OSError:  # io.UnsupportedOperation: not a file
+        fileno = None
+    if fileno is not None:
+        try:
+            resp = send_file(body, mimetype=OCTET_STREAM, conditional=False, etag=False)
+            resp.content_length = os.fstat(fileno).st_size
+            if conditional:
+                resp = resp.make_conditional(request.environ, accept_ranges=True, complete_length=resp.content_length)
+            return resp
+        except BaseException:
+            body.close()
+            raise
+
+    def chunks() -> Iterator[bytes]:
+        with body:
+            left = length
+            while left > 0:
+                chunk = body.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                yield chunk
+
+    resp = Response(chunks(), mimetype=OCTET_STREAM)
+    resp.headers["Content-Length"] = str(length)
     return resp

@@ -1,17 +1,18 @@
 """Pack bytes through the service: used by the local backend (and S3 with presigning off)."""
 from __future__ import annotations
 
-from flask import request, send_file
+from flask import Response, request
 from flask_smorest import Blueprint
 from sqlalchemy import select
 
-from .. import metrics, packs
+from .. import blobs, metrics, packs
 from ..auth import requires
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Pack, Version
-from ..schemas import PackPutArgs
+from ..schemas import ErrorSchema, PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
 from . import BINARY_BODY, digest_arg, services
+from .blobs import send_object
 
 blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")
 
@@ -20,6 +21,10 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
 @requires("write")
 @blp.arguments(PackPutArgs, location="query")
 @blp.response(201)
+@blp.alt_response(200, description="Another publish's commit recorded the pack since this version asked for its "
+                                   "target; the body was checked, nothing was written (`status: already_stored`)")
+@blp.alt_response(409, schema=ErrorSchema, description="The pack is recorded and this version never asked for "
+                                                        "its target: stored packs are never overwritten")
 @blp.doc(requestBody=BINARY_BODY)
 def put(args, sha256):
     """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
@@ -29,14 +34,21 @@ def put(args, sha256):
         version = s.get(Version, args["version"])
         if version is None:
             raise InvalidRequest(f"version {args['version']} is not a pending version; publish a manifest first")
-        packs.pending(s, version, [digest])
+        recorded = packs.claim(s, version, digest)
     request.max_content_length = packs.MAX_PACK
     try:
-        size = packs.receive(svc.storage, digest, request.stream)
+        tmp, size = packs.receive(svc.storage, digest, request.stream)
+        if recorded:
+            blobs.discard(tmp)
+        else:
+            with svc.db.session() as s:
+                recorded = not packs.store(s, svc.storage, digest, tmp)
     except StorageError as exc:
         raise Unavailable(f"pack storage failed: {exc}") from None
+    if recorded:  # nothing written: a recorded pack's object never changes
+        return {"sha256": digest, "stored_size": size, "status": "already_stored"}, 200
     metrics.current().bytes_in.labels("service").inc(size)
-    return {"sha256": digest, "stored_size": size}
+    return {"sha256": digest, "stored_size": size, "status": "stored"}
 
 
 @blp.route("/<sha256>", methods=["GET"])
@@ -50,12 +62,11 @@ def get(sha256):
     with svc.db.session() as s:
         if s.scalar(select(Pack.digest).where(Pack.digest == digest)) is None:
             raise NotFound(f"pack {digest} is not stored")
-    path = svc.storage.local_path(pack_key(digest))
     try:
-        if path is None:  # S3 with presigning off: the range is read from storage
+        if svc.storage.local_path(pack_key(digest)) is None:  # S3 with presigning off: the range is read from storage
             return _from_storage(svc.storage, digest)
-        resp = send_file(path, mimetype="application/octet-stream", conditional=True, etag=False)
-    except (FileNotFoundError, BlobNotFound):
+        resp = send_object(svc.storage.open(pack_key(digest)), 0, conditional=True)  # sendfile; Range from the file
+    except BlobNotFound:
         raise NotFound(f"pack {digest} is indexed but missing from storage") from None
     except StorageError as exc:
         raise Unavailable(f"pack storage failed: {exc}") from None
@@ -63,9 +74,7 @@ def get(sha256):
     return resp
 
 
-def _from_storage(storage, digest: str):
-    from flask import Response
-
+def _from_storage(storage, digest: str) -> Response:
     key = pack_key(digest)
     size = storage.stat(key)
     if size is None:

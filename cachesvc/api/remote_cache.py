@@ -21,6 +21,8 @@ from . import services
 blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
                 description="Inductor's live remote cache (FX graphs, autotune results) by Inductor's key")
 
+#: the header of every 200: the sha256 of the body, which the service checked; the client checks it too
+SHA256_HEADER = "X-Cachesvc-Sha256"
 _BINARY = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
 
 
@@ -36,23 +38,26 @@ def _count(cache: str, result: str) -> None:
 @blp.route("/<cache>/<key>", methods=["GET"])
 @requires("read")
 @blp.arguments(EnvSchema, location="query")
-@blp.response(200, description="The value's bytes", content_type="application/octet-stream")
-@blp.alt_response(404, schema=ErrorSchema, description="No value under this key for this environment (a miss)")
+@blp.response(200, description="The value's bytes, checked by the service against the sha256 recorded at PUT; "
+                                "header `X-Cachesvc-Sha256` is that sha256, for the client's own check",
+              content_type="application/octet-stream")
+@blp.alt_response(404, schema=ErrorSchema, description="No value under this key for this environment (a miss), "
+                                                        "or its stored bytes are lost or not the value PUT")
 def get(args, cache, key):
     """The value Inductor stored under `key` in `cache` for this environment; 404 `not_found` is a miss."""
     remote_cache.check_name(cache, key)
     svc = services()
     try:
         with svc.db.session() as s:
-            value = remote_cache.get(s, svc.storage, cache, _env(args), key)
+            found = remote_cache.get(s, svc.storage, cache, _env(args), key)
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
-    if value is None:
-        _count(cache, "miss")
+    _count(cache, found.result)
+    if found.value is None:
         raise NotFound(f"remote cache {cache} has no value for key {key} in this environment")
-    _count(cache, "hit")
-    metrics.current().bytes_out.labels("service").inc(len(value))
-    return Response(value, mimetype="application/octet-stream")
+    metrics.current().bytes_out.labels("service").inc(len(found.value))
+    return Response(found.value, mimetype="application/octet-stream",
+                    headers={SHA256_HEADER: found.sha256})
 
 
 @blp.route("/<cache>/<key>", methods=["PUT"])

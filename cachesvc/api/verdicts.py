@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from flask_smorest import Blueprint
 
-from .. import verdicts
+from .. import auth, verdicts
 from ..auth import requires
 from ..schemas import VerdictSchema
 from . import services
@@ -20,8 +20,12 @@ def post(body):
     """Record a restore's verdict on the versions it delivered.
 
     `read` scope: the processes that restore hold read tokens. A `no_hits` verdict of an exact-key
-    restore (no `fallback`) marks the version as a problem (entries API `problem`, the pages).
-    Returns each version's counters; 404 when a version does not exist (nothing is recorded).
+    restore (no `fallback`) sent with a token marks the version as a problem (entries API `problem`, the
+    pages); an anonymous verdict (`CACHESVC_ANONYMOUS_READ`) only counts in `verify_count`
+    (`counted_toward_problem` false in the answer). Returns each version's counters; 404 when a version
+    does not exist (nothing is recorded).
     """
+    trusted = auth.current().token_id is not None
     with services().db.session() as s:
-        return {"versions": verdicts.record(s, body["versions"], body["verdict"], body["fallback"])}
+        rows = verdicts.record(s, body["versions"], body["verdict"], body["fallback"], trusted=trusted)
+    return {"versions": rows, "counted_toward_problem": trusted and not body["fallback"]}

@@ -32,6 +32,10 @@ class BlobNotFound(StorageError):
     pass
 
 
+class ShortObject(StorageError):
+    """An object ends before the range asked for: it is not the object that was stored (replaced, or cut)."""
+
+
 def blob_key(digest: str, encoding: str) -> str:
     """Object key of a blob, relative to the backend's prefix."""
     return f"v1/blobs/{digest[:2]}/{digest}{_SUFFIX[encoding]}"
@@ -57,8 +61,8 @@ class Storage(abc.ABC):
         """A readable stream of the object; raises BlobNotFound."""
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
-        """``length`` bytes of the object from ``offset``; raises BlobNotFound, and StorageError when
-        the object is shorter."""
+        """``length`` bytes of the object from ``offset``; raises BlobNotFound, ShortObject when the
+        object is shorter, StorageError."""
         with self.open(key) as body:
             skip = offset
             while skip:
@@ -68,7 +72,7 @@ class Storage(abc.ABC):
                 skip -= len(got)
             data = body.read(length)
         if skip or len(data) != length:
-            raise StorageError(f"{key} is shorter than {offset} + {length} bytes")
+            raise ShortObject(f"{key} is shorter than {offset} + {length} bytes")
         return data
 
     @abc.abstractmethod

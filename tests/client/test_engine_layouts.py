@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cachesvc_client.roots import default_roots, resolve_root
-from tests.deploy.processes import base_env
+from tests.deploy.processes import SQLITE_LOCAL, base_env
 from tests.helpers import ENV
 
 HASH = "3f2a9c41d0"  # VllmBackend: hash_factors(all_factors)[:10]
@@ -118,7 +118,7 @@ def test_an_inductor_cache_dir_inside_vllms_tree_is_published_once(tmp_path, mon
     assert roots["vllm"].exclude == (str(inside),)  # walked as the inductor root, not twice
 
 
-@pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
+@SQLITE_LOCAL
 def test_vllm_compile_cache_comes_back_at_its_layout_under_the_new_containers_vllm_cache_root(
         live_server, tokens, tmp_path):
     a_root = tmp_path / "a" / "vllm-cache"
@@ -142,7 +142,7 @@ def test_vllm_compile_cache_comes_back_at_its_layout_under_the_new_containers_vl
         assert not (b_root / rel).exists(), rel
 
 
-@pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
+@SQLITE_LOCAL
 def test_sglang_compile_cache_travels_inside_the_inductor_root(live_server, tokens, tmp_path):
     """docs/integrations.md: SGLANG_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR/sglang, no role of its own."""
     a = container(tmp_path / "a", CACHESVC_URL=live_server.url, CACHESVC_TOKEN=tokens["write"], MODEL="llama-3-8b")

@@ -3,13 +3,24 @@ read line by line while it runs."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 BIN = Path(sys.executable).parent
+#: One database and storage for tests that exercise a manifest or a recipe, not the backends.
+SQLITE_LOCAL = pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Program:

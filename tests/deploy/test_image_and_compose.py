@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,9 +27,9 @@ from docker.utils.build import exclude_paths
 from cachesvc import config
 from cachesvc.storage import from_url
 from cachesvc.storage.s3 import S3Storage
+from tests.deploy.k8s import ROOT
+from tests.deploy.processes import BIN, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
 
 def dockerfile() -> DockerfileParser:
@@ -86,12 +85,6 @@ def test_the_build_context_holds_the_sources_and_nothing_secret_or_local():
     assert not [p for p in context if "__pycache__" in p]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def image_env(tmp_path: Path, **settings: str) -> dict:
     """The image's ENV, with its data dir moved under tmp_path and ``settings`` on top."""
     env = {k: v for k, v in dockerfile().envs.items() if k != "PATH"}
@@ -109,7 +102,7 @@ def image_command(args, port: int) -> list:
 
 
 def test_the_images_commands_migrate_apart_then_serve_with_access_log_and_healthcheck(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = image_env(tmp_path, CACHESVC_DATABASE_URL=f"sqlite:///{tmp_path / 'data' / 'index.db'}",
                     CACHESVC_AUTO_MIGRATE="false")  # as compose and Kubernetes set it
     serve = image_command(json.loads(instruction("CMD")), port)

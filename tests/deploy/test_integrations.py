@@ -4,7 +4,6 @@ done; the sidecar's publish follows; the second restores at start-up and its tor
 Inductor's FX graph cache (its counters say so), with the same outputs as eager."""
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
@@ -12,19 +11,12 @@ import pytest
 import requests
 
 from tests.deploy.k8s import ROOT
-from tests.deploy.processes import BIN, Program, base_env
+from tests.deploy.processes import BIN, SQLITE_LOCAL, Program, base_env, free_port
 
 pytest.importorskip("fastapi", reason="the FastAPI recipe needs fastapi and uvicorn (the test extra has them)")
 pytest.importorskip("uvicorn", reason="the FastAPI recipe needs fastapi and uvicorn (the test extra has them)")
 
 APP_DIR = ROOT / "deploy" / "integrations"
-SQLITE_LOCAL = pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(base: Path, url: str, token: str, **extra: str):
@@ -32,7 +24,7 @@ def serve(base: Path, url: str, token: str, **extra: str):
     (base / "cache").mkdir(parents=True, exist_ok=True)
     env = base_env(base, CACHESVC_URL=url, CACHESVC_TOKEN=token, TORCHINDUCTOR_CACHE_DIR=str(base / "cache"),
                    **extra)
-    port = _free_port()
+    port = free_port()
     program = Program([str(BIN / "python"), "-m", "uvicorn", "--app-dir", str(APP_DIR), "fastapi_app:app",
                        "--host", "127.0.0.1", "--port", str(port)], env)
     program.wait_for("Application startup complete", timeout=600)

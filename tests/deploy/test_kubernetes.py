@@ -13,9 +13,9 @@ import pytest
 from cachesvc import config
 from cachesvc.storage import from_url
 from cachesvc.storage.s3 import S3Storage
-
 from tests.deploy.k8s import (KUSTOMIZE_ROOT, ROOT, container, containers, environment, get, kustomizations, mounts,
                               pod_spec, render, render_dir, workloads)
+from tests.deploy.processes import SQLITE_LOCAL
 
 #: The oldest Kubernetes the manifests are written for, and the newest the validator knows.
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
@@ -140,7 +140,7 @@ def test_readiness_and_liveness_ask_healthz_on_the_port_the_service_listens_on(o
     assert live["periodSeconds"] * live["failureThreshold"] > 4 * ready["periodSeconds"] * ready["failureThreshold"]
 
 
-@pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
+@SQLITE_LOCAL
 def test_healthz_is_open_and_answers_200(app):
     """What the probes ask: no token, 200 while the database answers."""
     resp = app.test_client().get("/healthz")

@@ -15,10 +15,9 @@ from sqlalchemy import select
 from cachesvc.models import Entry, Version
 from cachesvc_client import CacheClient
 from tests.deploy.k8s import container, environment, get, pod_spec, render
-from tests.deploy.processes import BIN, Program, base_env
+from tests.deploy.processes import BIN, SQLITE_LOCAL, Program, base_env
 from tests.helpers import key, publish
 
-SQLITE_LOCAL = pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
 
 
 # ------------------------------------------------------------------ wait-for-migrations

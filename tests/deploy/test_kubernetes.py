@@ -294,3 +294,17 @@ def test_the_publisher_sidecar_waits_for_warm_up_and_publishes_with_the_write_to
         assert mounts(spec, sidecar)[path] == mounts(spec, app)[path], path
     assert not [c for c in containers(get(objects, "Deployment", "model-server")["spec"]["template"]["spec"])
                 if "cachesvc-write-token" in str(c)]
+
+
+def test_the_image_tag_everywhere_is_the_package_version():
+    """A release bumps pyproject.toml's version; the manifests and compose must name that image."""
+    import tomllib
+
+    import yaml
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for overlay in ("base",) + SERVICE_OVERLAYS:
+        images = {c["image"] for w in workloads(render(overlay)) for c in containers(pod_spec(w))}
+        assert {i.rsplit(":", 1)[1] for i in images} == {version}, (overlay, images)
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert services["cachesvc"]["image"] == services["migrate"]["image"] == f"cachesvc:{version}"

@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import select
 
 from cachesvc.models import Entry, Version
-from cachesvc_client import CacheClient
 from tests.deploy.k8s import container, environment, get, pod_spec, render
 from tests.deploy.processes import BIN, SQLITE_LOCAL, Program, base_env
 from tests.helpers import key, publish
@@ -164,8 +163,9 @@ def test_the_init_container_restores_what_the_sidecar_published(live_server, tok
                         CACHESVC_URL=live_server.url, CACHESVC_TOKEN=tokens["write"])
     env_file(publisher)
     files = compiled_files(publisher)
-    CacheClient(live_server.url, tokens["write"], publisher["TORCHINDUCTOR_CACHE_DIR"]).publish(
-        "resnet50", "f32[8,3,224,224]")
+    published = subprocess.run(["cachesvc-client", "publish", "--name", "resnet50", "--shape", "f32[8,3,224,224]"],
+                               env=publisher, capture_output=True, text=True, timeout=300)  # as the sidecar does
+    assert published.returncode == 0, published.stderr
 
     init = container(pod_spec(get(objects, "Deployment", "model-server")), "restore-compile-cache")
     env = pod_env(tmp_path / "serve", init, objects, CACHESVC_URL=live_server.url, CACHESVC_TOKEN=tokens["read"])

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 import shutil
+import tomllib
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from cachesvc import config
 from cachesvc.storage import from_url
@@ -298,10 +300,6 @@ def test_the_publisher_sidecar_waits_for_warm_up_and_publishes_with_the_write_to
 
 def test_the_image_tag_everywhere_is_the_package_version():
     """A release bumps pyproject.toml's version; the manifests and compose must name that image."""
-    import tomllib
-
-    import yaml
-
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     for overlay in ("base",) + SERVICE_OVERLAYS:
         images = {c["image"] for w in workloads(render(overlay)) for c in containers(pod_spec(w))}

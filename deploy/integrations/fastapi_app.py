@@ -24,28 +24,11 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
 from cachesvc_client import CacheClient
+from model import BATCH, FEATURES, SHAPE, build_model, cache_counters, example_inputs
 
 log = logging.getLogger("fastapi_app")
 
 NAME = os.environ.get("MODEL_NAME", "fastapi-mlp")
-BATCH, FEATURES = 8, 64
-SHAPE = f"f32[{BATCH},{FEATURES}]"  # the key's shape: what the warm-up compiles for
-
-
-def build_model() -> torch.nn.Module:
-    torch.manual_seed(0)  # the weights stand in for a checkpoint: the same in every container
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 256), torch.nn.GELU(), torch.nn.Linear(256, 16)).eval()
-
-
-def example_inputs() -> torch.Tensor:
-    return torch.linspace(-1, 1, BATCH * FEATURES).reshape(BATCH, FEATURES)
-
-
-def cache_counters() -> dict:
-    from torch._dynamo.utils import counters
-
-    return {"fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
-            "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"]}
 
 
 @contextlib.asynccontextmanager

@@ -1,9 +1,13 @@
-"""docs/integrations.md's FastAPI recipe, run: deploy/integrations/fastapi_app.py under uvicorn in
-two fresh containers (own HOME, TMPDIR, cache dir). The first compiles cold and says warm-up is
-done; the sidecar's publish follows; the second restores at start-up and its torch.compile hits
-Inductor's FX graph cache (its counters say so), with the same outputs as eager."""
+"""docs/integrations.md's runnable recipes, each in two fresh containers (own HOME, TMPDIR, cache dir):
+the first compiles cold and publishes, the second restores at start-up and its torch.compile hits
+Inductor's FX graph cache (its counters say so).
+
+FastAPI: deploy/integrations/fastapi_app.py under uvicorn; the first container says warm-up is
+done and the sidecar's publish follows; the outputs equal eager's. Ray Serve:
+deploy/integrations/ray_serve_app.py in a local Ray cluster, where `ray[serve]` is installed."""
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -13,8 +17,6 @@ import requests
 from tests.deploy.k8s import ROOT
 from tests.deploy.processes import BIN, SQLITE_LOCAL, Program, base_env, free_port
 
-pytest.importorskip("fastapi", reason="the FastAPI recipe needs fastapi and uvicorn (the test extra has them)")
-pytest.importorskip("uvicorn", reason="the FastAPI recipe needs fastapi and uvicorn (the test extra has them)")
 
 APP_DIR = ROOT / "deploy" / "integrations"
 
@@ -53,6 +55,7 @@ def eager_outputs() -> tuple:
 @pytest.mark.slow
 @SQLITE_LOCAL
 def test_a_second_fastapi_container_starts_from_what_the_first_compiled(live_server, tokens, tmp_path):
+    pytest.importorskip("uvicorn", reason="the FastAPI recipe needs fastapi and uvicorn (the test extra has them)")
     expected, inputs = eager_outputs()
     warm = tmp_path / "a" / "signal" / "warm"
     warm.parent.mkdir(parents=True)
@@ -84,3 +87,43 @@ def test_a_second_fastapi_container_starts_from_what_the_first_compiled(live_ser
         close(outputs, expected)
     finally:
         second.stop()
+
+
+RAY_DRIVER = """
+import json, os, sys
+import ray
+from ray import serve
+app_dir = sys.argv[1]
+sys.path.insert(0, app_dir)
+keep = ("CACHESVC_URL", "CACHESVC_TOKEN", "TORCHINDUCTOR_CACHE_DIR", "HOME", "TMPDIR", "USER", "CACHESVC_PUBLISH")
+ray.init(num_cpus=2, include_dashboard=False,
+         runtime_env={"env_vars": {**{k: os.environ[k] for k in keep if k in os.environ}, "PYTHONPATH": app_dir}})
+serve.start(http_options={"host": "127.0.0.1", "port": int(sys.argv[2])})
+import ray_serve_app
+handle = serve.run(ray_serve_app.app, name="mlp", route_prefix=None)
+print("INFO " + json.dumps(handle.info.remote().result()), flush=True)
+serve.shutdown()
+ray.shutdown()
+"""
+
+
+def ray_container(base: Path, url: str, token: str, **extra: str) -> dict:
+    """A local Ray cluster in a fresh container: runs deploy/integrations/ray_serve_app.py, returns its info."""
+    (base / "cache").mkdir(parents=True, exist_ok=True)
+    env = base_env(base, CACHESVC_URL=url, CACHESVC_TOKEN=token, TORCHINDUCTOR_CACHE_DIR=str(base / "cache"), **extra)
+    done = subprocess.run([str(BIN / "python"), "-c", RAY_DRIVER, str(APP_DIR), str(free_port())], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("INFO ")]
+    return json.loads(line[len("INFO "):])
+
+
+@pytest.mark.slow
+@SQLITE_LOCAL
+def test_a_second_ray_serve_replica_starts_from_what_the_publishing_one_compiled(live_server, tokens, tmp_path):
+    """Runs where `ray[serve]` is installed (not in the test extra: a few hundred MB for this one test)."""
+    pytest.importorskip("ray.serve", reason="the Ray Serve recipe needs `pip install 'ray[serve]'`")
+    cold = ray_container(tmp_path / "a", live_server.url, tokens["write"], CACHESVC_PUBLISH="1")
+    assert cold["restored"] is False and cold["fxgraph_cache_miss"] > 0
+    hot = ray_container(tmp_path / "b", live_server.url, tokens["read"])
+    assert hot["restored"] is True and hot["fxgraph_cache_hit"] > 0 and hot["fxgraph_cache_miss"] == 0, hot

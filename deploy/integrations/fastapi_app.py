@@ -24,7 +24,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
 from cachesvc_client import CacheClient
-from model import BATCH, FEATURES, SHAPE, build_model, cache_counters, example_inputs
+from stand_in_model import BATCH, FEATURES, SHAPE, build_model, cache_counters, example_inputs
 
 log = logging.getLogger("fastapi_app")
 

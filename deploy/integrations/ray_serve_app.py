@@ -17,7 +17,7 @@ from ray import serve
 from starlette.requests import Request
 
 from cachesvc_client import CacheClient
-from model import SHAPE, build_model, cache_counters, example_inputs
+from stand_in_model import SHAPE, build_model, cache_counters, example_inputs
 
 NAME = os.environ.get("MODEL_NAME", "ray-mlp")
 

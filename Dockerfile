@@ -1,14 +1,42 @@
-# The service image (the client is `pip install cachesvc` in your inference image).
-FROM python:3.11-slim
-WORKDIR /app
+# The cachesvc service image (inference containers get the client alone: `pip install cachesvc`).
+#   docker build -t cachesvc:0.1.0 .
+#   docker run cachesvc:0.1.0 db upgrade     # migrations: a separate, one-shot command
+#   docker run -p 8787:8787 cachesvc:0.1.0   # the service (gunicorn, access log on stdout)
+# docker-compose.yml and deploy/kubernetes run exactly these two.
+
+# python:3.11.15-slim-bookworm, pinned by the digest of its multi-platform index as
+# docker-library/repo-info records it (repos/python/remote/3.11.15-slim-bookworm.md).
+ARG BASE=python:3.11.15-slim-bookworm@sha256:d29f48a31a8b408ed19272ca1e7b10ebae13b240a27e862d3d4217c528e2e0c3
+
+FROM ${BASE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/cachesvc
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cachesvc ./cachesvc
 COPY client ./client
 COPY migrations ./migrations
-RUN pip install --no-cache-dir '.[server]'
+RUN /opt/cachesvc/bin/pip install '.[server]'
+
+FROM ${BASE}
+# One unprivileged user; Kubernetes runs it by number (runAsUser: 10001, deploy/kubernetes).
+RUN groupadd --system --gid 10001 cachesvc \
+ && useradd --system --uid 10001 --gid cachesvc --home-dir /home/cachesvc --create-home \
+        --shell /usr/sbin/nologin cachesvc \
+ && install -d -o cachesvc -g cachesvc -m 0750 /var/lib/cachesvc
+COPY --from=build /opt/cachesvc /opt/cachesvc
+ENV PATH=/opt/cachesvc/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    CACHESVC_DATA_DIR=/var/lib/cachesvc
+USER 10001:10001
+WORKDIR /var/lib/cachesvc
 EXPOSE 8787
-# Migrations first (the app refuses to start on a schema that is behind), then gunicorn;
-# gunicorn reads its worker count from WEB_CONCURRENCY; metrics add up over workers through
-# prometheus_client's multiprocess folder.
-ENV PROMETHEUS_MULTIPROC_DIR=/tmp/cachesvc-metrics
-CMD ["sh", "-c", "cachesvc db upgrade && rm -rf $PROMETHEUS_MULTIPROC_DIR && mkdir -p $PROMETHEUS_MULTIPROC_DIR && exec gunicorn --threads 8 --timeout 300 --bind 0.0.0.0:8787 'cachesvc.app:create_app()'"]
+# 200 when the database answers (GET /healthz); anything else, or no answer in 3 s, is unhealthy.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8787/healthz', timeout=3).status != 200)"]
+# `cachesvc serve` runs gunicorn: access log on stdout, errors on stderr, prometheus_client's
+# multiprocess folder under CACHESVC_DATA_DIR, the GC scheduler in every worker. It migrates
+# only the embedded SQLite default (CACHESVC_AUTO_MIGRATE); with PostgreSQL run `db upgrade` first.
+ENTRYPOINT ["cachesvc"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8787", "--workers", "4"]

@@ -25,6 +25,12 @@ Roles (see ``resolve_root``):
               still adds the driver helper the process loaded from it:
               ``driver_helpers``).
 ``nv``        The CUDA driver's JIT cache (PTX -> SASS).
+``vllm``      vLLM's compile cache, ``<VLLM_CACHE_ROOT>/torch_compile_cache``: one
+              ``<hash>/rank_<r>_<dp>/<prefix>/`` per compiled model (vllm_compile_cache.py,
+              the graphs, ``inductor_cache/``, ``triton_cache/``) and, in current releases,
+              ``torch_aot_compile/<hash>/`` (AOT artifacts, their ``inductor_cache/``).
+``vllm_aot``  ``<VLLM_CACHE_ROOT>/torch_aot_compile``: where vLLM releases before that
+              nesting kept the AOT artifacts (``<hash>/rank_<r>_<dp>/model``).
 
 Stdlib only, Python 3.9+.
 """
@@ -39,7 +45,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 #: Every role this client knows, in publish order.
-ROLES: Tuple[str, ...] = ("inductor", "pch", "memo", "triton", "nv")
+ROLES: Tuple[str, ...] = ("inductor", "pch", "memo", "triton", "nv", "vllm", "vllm_aot")
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,14 @@ def triton_home_dir() -> str:
     return os.path.abspath(os.path.join(home, ".triton", "cache"))
 
 
+def vllm_cache_root() -> str:
+    """Mirror of ``vllm.envs.VLLM_CACHE_ROOT``: ``$VLLM_CACHE_ROOT``, else ``$XDG_CACHE_HOME/vllm``,
+    else ``~/.cache/vllm`` (user-expanded; vLLM reads the variables with ``os.getenv(name, default)``,
+    so a variable set to "" counts as set)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.abspath(os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", os.path.join(xdg, "vllm"))))
+
+
 def resolve_root(role: str, cache_dir: Optional[str] = None) -> str:
     """The absolute folder ``role`` maps to in this process. ValueError for an unknown role.
 
@@ -142,6 +156,11 @@ def resolve_root(role: str, cache_dir: Optional[str] = None) -> str:
         # CUDA driver JIT cache: CUDA_CACHE_PATH, default ~/.nv/ComputeCache on Linux.
         path = os.environ.get("CUDA_CACHE_PATH") or os.path.join(os.path.expanduser("~"), ".nv", "ComputeCache")
         return os.path.abspath(path)
+    if role == "vllm":
+        # vllm.compilation.backends.VllmBackend: os.path.join(envs.VLLM_CACHE_ROOT, "torch_compile_cache", hash)
+        return os.path.join(vllm_cache_root(), "torch_compile_cache")
+    if role == "vllm_aot":
+        return os.path.join(vllm_cache_root(), "torch_aot_compile")
     raise ValueError(f"unknown root role {role!r}; known: {', '.join(ROLES)}")
 
 

@@ -54,12 +54,14 @@ def test_resolution_follows_the_restoring_process(tmp_path):
         "memo": f"{tmp}/torchinductor_alice/cache",
         "triton": f"{home}/.triton/cache",
         "nv": f"{home}/.nv/ComputeCache",
+        "vllm": f"{home}/.cache/vllm/torch_compile_cache",
+        "vllm_aot": f"{home}/.cache/vllm/torch_aot_compile",
     }
 
     other = tmp_path / "other"
     other.mkdir()
     env = bare_env(other, TORCHINDUCTOR_CACHE_DIR=str(other / "cache"), LOGNAME="bob",
-                   TRITON_HOME=str(other / "th"), CUDA_CACHE_PATH=str(other / "nv"))
+                   TRITON_HOME=str(other / "th"), CUDA_CACHE_PATH=str(other / "nv"), VLLM_CACHE_ROOT=str(other / "v"))
     got = run_python(RESOLVE_ALL, env)
     assert got == {
         "inductor": str(other / "cache"),
@@ -68,6 +70,8 @@ def test_resolution_follows_the_restoring_process(tmp_path):
         "memo": f"{other}/tmp/torchinductor_bob/cache",
         "triton": f"{other}/th/.triton/cache",
         "nv": str(other / "nv"),
+        "vllm": str(other / "v" / "torch_compile_cache"),
+        "vllm_aot": str(other / "v" / "torch_aot_compile"),
     }
 
 

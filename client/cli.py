@@ -12,6 +12,7 @@ report as JSON); progress and warnings on stderr; -q: warnings only.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
-from . import __version__, inventory, keyenv, keys
+from . import __version__, inventory, keyenv, keys, units
 from .client import CacheClient
 from .errors import CacheClientError
 from .fingerprint import environment
@@ -31,6 +32,8 @@ from .report import RestoreReport
 #: -h as well as --help; `cachesvc` (the service CLI) uses the same settings
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 log = logging.getLogger("cachesvc_client")
+#: restore and publish default to what CacheClient does (its timeout, stall_timeout and budget)
+_CLIENT_DEFAULTS = inspect.signature(CacheClient.__init__).parameters
 
 
 # -- checks: one line naming the flag or the variable ---------------------------------------------
@@ -65,6 +68,20 @@ def check_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{url!r} is not a service URL; write it as http://HOST:PORT (or https://)")
     return url
+
+
+class Size(click.ParamType):
+    """A byte size: ``500G``, ``1.5TB``, ``10GiB``, ``2048`` (``cachesvc_client.units.parse_size``)."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return units.parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _tags(ctx: click.Context, param: click.Parameter, values) -> Dict[str, str]:
@@ -116,12 +133,12 @@ def _print_report(report, as_json: bool, quiet: bool) -> None:
 
 # -- commands -------------------------------------------------------------------------------------
 
-def _service_options(f):
+def _service_options(f, timeout: float = 10.0):
     for opt in reversed([
         click.option("--url", envvar="CACHESVC_URL", default=None, callback=_rule(check_url),
                      help="Service URL [env CACHESVC_URL]."),
         click.option("--token", envvar="CACHESVC_TOKEN", default=None, help="Bearer token [env CACHESVC_TOKEN]."),
-        click.option("--timeout", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
+        click.option("--timeout", default=timeout, show_default=True, type=click.FloatRange(0.1, 3600),
                      help="Seconds to reach the service."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout."),
     ]):
@@ -144,7 +161,7 @@ def _key_options(f):
         click.option("-q", "--quiet", is_flag=True, help="Print nothing but warnings and errors (and --json)."),
     ]):
         f = opt(f)
-    return _service_options(f)
+    return _service_options(f, timeout=_CLIENT_DEFAULTS["timeout"].default)
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -155,15 +172,16 @@ def cli():
 
 @cli.command()
 @_key_options
-@click.option("--stall-timeout", default=30.0, show_default=True, type=click.FloatRange(0.1),
-              help="Seconds a transfer may stall.")
-@click.option("--budget", default=300.0, show_default=True, type=click.FloatRange(0.1),
+@click.option("--stall-timeout", default=_CLIENT_DEFAULTS["stall_timeout"].default, show_default=True,
+              type=click.FloatRange(0.1), help="Seconds a transfer may stall.")
+@click.option("--budget", default=_CLIENT_DEFAULTS["budget"].default, show_default=True, type=click.FloatRange(0.1),
               help="Seconds the whole restore may take.")
 @click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error (no URL included).")
 @click.option("--fallback", "fallbacks", default="", metavar="STEPS",
               help="Comma-separated steps tried in order when the exact key has no version: shape (same key, any "
                    "shape), shapes (the most restored shapes, unioned), name (same environment, any name).")
-@click.option("--fallback-max-bytes", type=click.IntRange(0), default=None, help="Byte budget of the shapes step.")
+@click.option("--fallback-max-bytes", type=Size(), default=None, metavar="SIZE",
+              help="Byte budget of the shapes step (e.g. 2G).")
 @click.option("--kind", type=click.Choice(KINDS), default=DEFAULT_KIND, show_default=True,
               help="Version kind. Other kinds than the snapshot are one file, fetched under "
                    "<cache dir>/.cachesvc/artifacts/ (the report's 'artifacts'); the app loads it.")

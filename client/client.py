@@ -17,7 +17,7 @@ from .http import ServiceAPI
 from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore import restore as _restore
-from .verify import REPORTED, Verdict, judge, record_verdict
+from .verify import REPORTED, Verdict, judge, record_verdict, stamped_report
 
 log = logging.getLogger("cachesvc_client")
 #: marks the log record of a report's summary: `cachesvc-client` prints the summary itself, on stdout, and drops it
@@ -166,14 +166,15 @@ class CacheClient:
             report.warnings.append(hint)
 
     def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True) -> Verdict:
-        """After the process compiled: did the restore (default: this client's last) pay off?
+        """After the process compiled: did the restore (default: this client's last, else the last one into
+        the cache dir, as an init container's) pay off?
 
         Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verify``),
         logs the verdict and, with ``send``, reports ``paid_off``/``partial``/``no_hits`` to the
         service, which marks versions whose restores get no hits as problems. Never raises on
         service trouble: the verdict comes back with ``reported=False``.
         """
-        verdict = judge(report or self.last_restore, self.cache_dir)
+        verdict = judge(report or self.last_restore or stamped_report(self.cache_dir), self.cache_dir)
         (log.warning if verdict.verdict == "no_hits" else log.info)("%s", verdict.summary())
         if send and verdict.verdict in REPORTED:
             try:

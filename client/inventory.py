@@ -114,21 +114,21 @@ def _ago(seconds: float) -> str:
 
 # -- the service ----------------------------------------------------------------------------------
 
-def list_entries(api: ServiceAPI, filters: Dict[str, object], *, limit: int, versions: bool) -> dict:
-    """Entries matching ``filters`` (GET /api/v1/entries query arguments), up to ``limit`` (0: all), paged.
+def list_entries(api: ServiceAPI, filters: Dict[str, object], *, limit: int, versions: bool, page: int = PAGE) -> dict:
+    """Entries matching ``filters`` (GET /api/v1/entries query arguments), up to ``limit`` (0: all), ``page`` a request.
 
     With ``versions`` each entry row gets ``"versions_detail"``: its committed versions (GET
     /api/v1/entries/<id>) without their file lists, each with ``hit_rate``."""
     rows: List[dict] = []
     offset, total = 0, 0
     while True:
-        want = PAGE if not limit else min(PAGE, limit - len(rows))
-        page = api.call("GET", "/api/v1/entries", params={**filters, "limit": want, "offset": offset})
-        rows += page["entries"]
-        total = page["total"]
-        if page.get("next_offset") is None or (limit and len(rows) >= limit):
+        want = page if not limit else min(page, limit - len(rows))
+        got = api.call("GET", "/api/v1/entries", params={**filters, "limit": want, "offset": offset})
+        rows += got["entries"]
+        total = got["total"]
+        if got.get("next_offset") is None or (limit and len(rows) >= limit):
             break
-        offset = page["next_offset"]
+        offset = got["next_offset"]
     if versions:
         for row in rows:
             detail = api.call("GET", f"/api/v1/entries/{int(row['id'])}")

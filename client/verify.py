@@ -101,6 +101,19 @@ def new_artifacts(cache_dir: str, since: float, placed: Dict[str, list]) -> Dict
     return out
 
 
+def stamped_report(cache_dir: str) -> Optional[RestoreReport]:
+    """The last restore into ``cache_dir`` as its record tells it (``restored.json``), or None: how a process
+    judges a restore another process did (an init container), with ``client.verify()`` and no report."""
+    doc = load_stamp(cache_dir)
+    key = doc.get("key") or {}
+    if not doc.get("versions") or not key:
+        return None
+    return RestoreReport(hit=True, name=key.get("name", ""), shape=key.get("shape", ""), versions=doc["versions"],
+                         version_id=doc.get("version_id"), fallback=doc.get("fallback") or "",
+                         files=doc.get("files_written") or 0, files_present=doc.get("files_present") or 0,
+                         started_at=doc.get("restored_at") or 0.0, kind=doc.get("kind") or "inductor-dir")
+
+
 def judge(report: Optional[RestoreReport], cache_dir: str, counters: Optional[Dict[str, int]] = None) -> Verdict:
     """The verdict for ``report`` (the restore this process did), from ``counters`` (default: this
     process's, ``read_counters()``) and the files in the roots."""

@@ -66,9 +66,9 @@ class Progress:
             if due:
                 self._last = now
             if self._bar is not None:
-                self._bar.update(nbytes)
-                if items:
+                if items:  # drawn by the update below
                     self._bar.set_postfix_str(f"{self.done_items}/{self.total_items} {self.items}", refresh=False)
+                self._bar.update(nbytes)
         if due:
             self.log.info("%s", self.line(now))
 

@@ -17,72 +17,24 @@ import json
 import logging
 import sys
 from typing import Callable, Dict, Optional
-from urllib.parse import urlsplit
 
 import click
 from click.core import ParameterSource
 
-from . import __version__, inventory, keyenv, keys, units
+from . import __version__, cli_support, inventory, keyenv, keys
+from .cli_support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
 from .client import CacheClient
 from .errors import CacheClientError
 from .fingerprint import environment
 from .keys import DEFAULT_KIND, KINDS
 from .report import RestoreReport
 
-#: -h as well as --help; `cachesvc` (the service CLI) uses the same settings
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 log = logging.getLogger("cachesvc_client")
 #: restore and publish default to what CacheClient does (its timeout, stall_timeout and budget)
 _CLIENT_DEFAULTS = inspect.signature(CacheClient.__init__).parameters
 
 
-# -- checks: one line naming the flag or the variable ---------------------------------------------
-
-def _named(ctx: click.Context, param: click.Parameter) -> Optional[str]:
-    """The variable a value came from (``$CACHESVC_URL``), or None when it came from the flag."""
-    if ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT and param.envvar:
-        return f"${param.envvar}"
-    return None
-
-
-def _rule(check: Callable[[str], object]):
-    """A click callback applying ``check`` (a cachesvc_client.keys rule) to a given value."""
-    def callback(ctx: click.Context, param: click.Parameter, value):
-        if value is None:
-            return value
-        try:
-            check(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx, param, param_hint=_named(ctx, param)) from None
-        return value
-    return callback
-
-
-def check_url(url: str) -> str:
-    """A service URL (``http(s)://host[:port][/prefix]``); ValueError saying what is wrong."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as exc:
-        raise ValueError(f"{url!r} is not a URL ({exc}); write it as http://HOST:PORT") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not a service URL; write it as http://HOST:PORT (or https://)")
-    return url
-
-
-class Size(click.ParamType):
-    """A byte size: ``500G``, ``1.5TB``, ``10GiB``, ``2048`` (``cachesvc_client.units.parse_size``)."""
-
-    name = "size"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        try:
-            return units.parse_size(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
+# -- checks (cli_support has the shared ones) ------------------------------------------------------
 
 def _tags(ctx: click.Context, param: click.Parameter, values) -> Dict[str, str]:
     tags = {}
@@ -114,7 +66,7 @@ class _OneLine(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-        return f"cachesvc-client: {level}{' '.join(record.getMessage().split())}"
+        return f"cachesvc-client: {level}{one_line(record.getMessage())}"
 
 
 def _setup_logging(quiet: bool) -> None:
@@ -135,7 +87,7 @@ def _print_report(report, as_json: bool, quiet: bool) -> None:
 
 def _service_options(f, timeout: float = 10.0):
     for opt in reversed([
-        click.option("--url", envvar="CACHESVC_URL", default=None, callback=_rule(check_url),
+        click.option("--url", envvar="CACHESVC_URL", default=None, callback=rule(check_url),
                      help="Service URL [env CACHESVC_URL]."),
         click.option("--token", envvar="CACHESVC_TOKEN", default=None, help="Bearer token [env CACHESVC_TOKEN]."),
         click.option("--timeout", default=timeout, show_default=True, type=click.FloatRange(0.1, 3600),
@@ -148,8 +100,8 @@ def _service_options(f, timeout: float = 10.0):
 
 def _key_options(f):
     for opt in reversed([
-        click.option("--name", required=True, callback=_rule(keys.check_name), help="Model or service name."),
-        click.option("--shape", required=True, callback=_rule(keys.check_shape),
+        click.option("--name", required=True, callback=rule(keys.check_name), help="Model or service name."),
+        click.option("--shape", required=True, callback=rule(keys.check_shape),
                      help="Input-shape signature, e.g. 'f32[8,256]'."),
         click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", callback=_tags,
                      help="Extra key tag (repeatable)."),
@@ -232,7 +184,7 @@ def publish(ctx, name, shape, tags, env_file, cache_dir, quiet, url, token, time
         report = client.publish(name, shape, tags, compile_seconds=compile_seconds,
                                 min_compile_seconds=min_compile_seconds, merge=not no_merge)
     except (CacheClientError, OSError) as exc:
-        click.echo(f"cachesvc-client publish: error: {' '.join(str(getattr(exc, 'message', exc)).split())}",
+        click.echo(f"cachesvc-client publish: error: {one_line(getattr(exc, 'message', exc))}",
                    err=True)
         sys.exit(1)
     _print_report(report, as_json, quiet)
@@ -278,7 +230,7 @@ def _ask(ctx: click.Context, what: Callable[[], dict]) -> dict:
     try:
         return what()
     except (CacheClientError, OSError) as exc:
-        click.echo(f"cachesvc-client {ctx.info_name}: error: {' '.join(str(getattr(exc, 'message', exc)).split())}",
+        click.echo(f"cachesvc-client {ctx.info_name}: error: {one_line(getattr(exc, 'message', exc))}",
                    err=True)
         sys.exit(1)
 
@@ -322,23 +274,8 @@ def stats(ctx, days, url, token, timeout, as_json):
 
 
 def main(argv=None) -> None:
-    """The console entry point: click, with every usage error on one line (exit 2) and no traceback."""
-    try:
-        code = cli.main(args=argv, prog_name="cachesvc-client", standalone_mode=False)
-    except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:  # click >= 8.2: a bare `cachesvc-client`
-        click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
-        sys.exit(2)
-    except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "cachesvc-client"
-        click.echo(f"{where}: error: {' '.join(exc.format_message().split())} (see {where} -h)", err=True)
-        sys.exit(2)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("cachesvc-client: aborted", err=True)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    """The console entry point (``cachesvc-client``)."""
+    cli_support.run(cli, "cachesvc-client", argv)
 
 
 if __name__ == "__main__":

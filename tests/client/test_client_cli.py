@@ -21,19 +21,12 @@ import pytest
 from cachesvc_client import __version__
 from cachesvc_client.report import RestoreReport
 from cachesvc_client.verify import judge, record_verdict
+from tests.client.test_artifacts import one_backend
 from tests.helpers import ENV, key, publish
 
 NAME, SHAPE = "mlp", "f32[8,256]"
 ENV_VARS = {f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()}  # the key's environment, no torch import
 
-LOCAL = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
-         pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
-
-
-def local(f):
-    for mark in LOCAL:
-        f = mark(f)
-    return f
 
 
 def container(tmp_path: Path, name: str = "ctr") -> Dict[str, str]:
@@ -145,7 +138,7 @@ def published(live_server, client):
     return live_server
 
 
-@local
+@one_backend
 def test_a_hit_prints_its_summary_once_on_stdout_and_quiet_prints_nothing(published, tmp_path):
     env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": published.url}
     out = cli(env, "restore", "--name", NAME, "--shape", SHAPE)
@@ -192,7 +185,7 @@ def test_another_web_server_at_the_url_is_a_miss_told_in_one_line(tmp_path):
     assert (out.stdout + out.stderr).count("Not Found</h1>") <= 1
 
 
-@local
+@one_backend
 def test_the_env_file_gives_a_process_the_apps_key(published, tmp_path):
     env = {**container(tmp_path), "CACHESVC_URL": published.url}
     env_file = tmp_path / "env.json"
@@ -210,7 +203,7 @@ def test_the_env_file_gives_a_process_the_apps_key(published, tmp_path):
         overridden.stdout, "a CACHESVC_ENV_<FIELD> wins over the file"
 
 
-@local
+@one_backend
 def test_status_shows_what_was_restored_how_it_stands_and_the_verdict(published, tmp_path, monkeypatch):
     env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": published.url}
     cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])

@@ -34,10 +34,11 @@ def local_status(cache_dir: str) -> dict:
     doc = load_stamp(cache_dir)
     if not doc.get("versions") and doc.get("version_id") is None:
         return dict(out, restored=False)
-    roots = doc.get("roots") or {}
+    roots = doc.get("roots") if isinstance(doc.get("roots"), dict) else {}
     on_disk = {"in_place": 0, "changed": 0, "missing": 0}
-    for label, recorded in (doc.get("files") or {}).items():
-        role, _, rel = label.partition("/")
+    files = doc.get("files") if isinstance(doc.get("files"), dict) else {}
+    for label, recorded in files.items():
+        role, _, rel = str(label).partition("/")
         on_disk[_file_state(roots.get(role) or _local_root(role, cache_dir), rel, recorded)] += 1
     keep = ("key", "kind", "version_id", "versions", "entry_id", "fallback", "restored_at", "seconds",
             "files_written", "files_present", "bytes", "bytes_written", "left_out", "roots", "verdict")
@@ -58,7 +59,7 @@ def _file_state(root: Optional[str], rel: str, recorded) -> str:
         st = None
     if st is None:
         return "missing"
-    return "in_place" if [st.st_size, st.st_mtime_ns] == list(recorded) else "changed"
+    return "in_place" if [st.st_size, st.st_mtime_ns] == recorded else "changed"  # a JSON list; else: changed
 
 
 def status_text(s: dict) -> str:

@@ -91,9 +91,10 @@ class _Stamp:
     def doc(self) -> dict:
         try:
             with open(self.path) as f:
-                return json.load(f)
+                doc = json.load(f)
         except (OSError, ValueError):
             return {}
+        return doc if isinstance(doc, dict) else {}
 
     def load(self, version_id) -> Dict[str, Tuple[int, int]]:
         try:

@@ -296,3 +296,15 @@ def test_ls_and_stats_against_no_service_fail_in_one_line(tmp_path):
         out = cli(env, command, "--timeout", "1")
         assert out.returncode == 1, out
         assert one_line(out.stderr).startswith(f"cachesvc-client {command}: error: ")
+
+
+@pytest.mark.parametrize("record", [b"[1, 2]", b"{not json", json.dumps({"versions": [3], "files": {"inductor/a": 7},
+                                                                       "roots": "x"}).encode()])
+def test_status_of_a_damaged_record_is_no_crash(tmp_path, record):
+    env = container(tmp_path)
+    state = Path(env["TORCHINDUCTOR_CACHE_DIR"]) / ".cachesvc"
+    state.mkdir(parents=True)
+    (state / "restored.json").write_bytes(record)
+    for args in (["status"], ["status", "--json"]):
+        out = cli(env, *args)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr

@@ -6,6 +6,9 @@
     ... torch.compile(model)(x) ...
     client.publish(name="resnet50", shape=shape_signature(x))
 
+    # a process without torch or a GPU (an init container) keys with the app's environment:
+    client.restore(name="resnet50", shape="f32[8,3,224,224]", env=cachesvc_client.load_env_file("env.json"))
+
     cachesvc_client.enable_remote_cache()       # compiles mid-run ask the fleet first (remote_cache.py)
 
 Needs only requests, zstandard, filelock, click and tqdm; torch is imported
@@ -17,10 +20,11 @@ from .artifacts import load_precompiled, precompile_function, precompile_package
 from .client import CacheClient  # noqa: E402
 from .errors import CacheClientError  # noqa: E402
 from .fingerprint import environment, shape_signature  # noqa: E402
+from .keyenv import load_env_file  # noqa: E402
 from .remote_cache import disable_remote_cache, enable_remote_cache  # noqa: E402
 from .report import PublishReport, RestoreReport  # noqa: E402
 from .torch_fixes import apply as apply_torch_fixes  # noqa: E402
 
 __all__ = ["CacheClient", "CacheClientError", "PublishReport", "RestoreReport", "apply_torch_fixes",
-           "disable_remote_cache", "enable_remote_cache", "environment", "load_precompiled", "precompile_function",
-           "precompile_package", "shape_signature"]
+           "disable_remote_cache", "enable_remote_cache", "environment", "load_env_file", "load_precompiled",
+           "precompile_function", "precompile_package", "shape_signature"]

@@ -1,113 +1,281 @@
-"""`cachesvc-client`: restore and publish from init containers and sidecars.
+"""`cachesvc-client`: restore and publish from init containers and sidecars; see what a machine holds.
 
-Exit status: 0 on a hit or a normal miss (a miss is not a failure: the app
-compiles cold), 1 on a miss or error with --strict, 2 on bad arguments.
+    cachesvc-client env --json > /etc/cachesvc/env.json     # at image build, in the app image (torch there)
+    cachesvc-client restore --env-file /etc/cachesvc/env.json --name N --shape S   # init container, no torch
+    cachesvc-client status | ls | stats                       # this cache dir; the service's keys; its totals
+
+Exit status: 0 on a hit or a miss (a miss is not a failure: the app will compile), also
+when no service URL is set; 1 on a miss or error with --strict, and when ls/stats/publish
+fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>, always as one
+line naming the flag, file or variable. Output: the summary once, on stdout (--json: the
+report as JSON); progress and warnings on stderr; -q: warnings only.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
+from typing import Callable, Dict, Optional
 
 import click
+from click.core import ParameterSource
 
+from . import __version__, cli_support, inventory, keyenv, keys
+from .cli_support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
 from .client import CacheClient
 from .errors import CacheClientError
 from .fingerprint import environment
 from .keys import DEFAULT_KIND, KINDS
+from .report import RestoreReport
+
+log = logging.getLogger("cachesvc_client")
+#: restore and publish default to what CacheClient does (its timeout, stall_timeout and budget)
+_CLIENT_DEFAULTS = inspect.signature(CacheClient.__init__).parameters
 
 
-def _tags(values):
+# -- checks (cli_support has the shared ones) ------------------------------------------------------
+
+def _tags(ctx: click.Context, param: click.Parameter, values) -> Dict[str, str]:
     tags = {}
     for item in values:
         k, sep, v = item.partition("=")
         if not sep:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--tag")
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
         tags[k] = v
-    return tags
+    try:
+        return keys.check_tags(tags)
+    except keys.InvalidKey as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
-def _common(f):
-    options = [
-        click.option("--name", required=True, help="Model or service name."),
-        click.option("--shape", required=True, help="Input-shape signature, e.g. 'f32[8,256]'."),
-        click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Extra key tag (repeatable)."),
-        click.option("--url", envvar="CACHESVC_URL", required=True, help="Service URL [env CACHESVC_URL]."),
+def _environment(ctx: click.Context, client: CacheClient) -> Dict[str, str]:
+    """The key's environment (env file, CACHESVC_ENV_<FIELD>, this machine), or a usage error naming the culprit."""
+    try:
+        return client.environment()
+    except keyenv.EnvError as exc:
+        source = ctx.get_parameter_source("env_file")
+        via = f" (from ${keyenv.ENV_FILE_VAR})" if source is ParameterSource.ENVIRONMENT else ""
+        raise click.UsageError(f"{exc}{via}", ctx) from None
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+class _OneLine(logging.Formatter):
+    """``cachesvc-client: warning: ...`` on one line, however many lines the message had (an HTML body)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"cachesvc-client: {level}{one_line(record.getMessage())}"
+
+
+def _setup_logging(quiet: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    handler.addFilter(lambda r: not getattr(r, "cachesvc_summary", False))  # printed on stdout instead
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[handler], force=True)
+
+
+def _print_report(report, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    elif not quiet:
+        click.echo(report.summary())
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+def _service_options(f, timeout: float = 10.0):
+    for opt in reversed([
+        click.option("--url", envvar="CACHESVC_URL", default=None, callback=rule(check_url),
+                     help="Service URL [env CACHESVC_URL]."),
         click.option("--token", envvar="CACHESVC_TOKEN", default=None, help="Bearer token [env CACHESVC_TOKEN]."),
-        click.option("--cache-dir", envvar="TORCHINDUCTOR_CACHE_DIR", default=None,
-                     help="Inductor cache dir [env TORCHINDUCTOR_CACHE_DIR; torch's default otherwise]."),
-        click.option("--timeout", default=30.0, show_default=True, help="Seconds to reach the service."),
-        click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
-        click.option("-q", "--quiet", is_flag=True, help="Only warnings."),
-    ]
-    for opt in reversed(options):
+        click.option("--timeout", default=timeout, show_default=True, type=click.FloatRange(0.1, 3600),
+                     help="Seconds to reach the service."),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout."),
+    ]):
         f = opt(f)
     return f
 
 
-def _setup_logging(quiet: bool) -> None:
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(message)s")
+def _key_options(f):
+    for opt in reversed([
+        click.option("--name", required=True, callback=rule(keys.check_name), help="Model or service name."),
+        click.option("--shape", required=True, callback=rule(keys.check_shape),
+                     help="Input-shape signature, e.g. 'f32[8,256]'."),
+        click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", callback=_tags,
+                     help="Extra key tag (repeatable)."),
+        click.option("--env-file", envvar=keyenv.ENV_FILE_VAR, default=None, metavar="FILE",
+                     help="The key's environment from FILE, written in the app image by `cachesvc-client env "
+                          "--json` (for a container without torch or a GPU) [env CACHESVC_ENV_FILE]."),
+        click.option("--cache-dir", envvar="TORCHINDUCTOR_CACHE_DIR", default=None,
+                     help="Inductor cache dir [env TORCHINDUCTOR_CACHE_DIR; torch's default otherwise]."),
+        click.option("-q", "--quiet", is_flag=True, help="Print nothing but warnings and errors (and --json)."),
+    ]):
+        f = opt(f)
+    return _service_options(f, timeout=_CLIENT_DEFAULTS["timeout"].default)
 
 
-@click.group()
-def main():
-    """Publish and restore torch.compile state through a cachesvc service."""
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name="cachesvc-client", message="%(prog)s %(version)s")
+def cli():
+    """Publish and restore torch.compile state through a cachesvc service, and see what is held where."""
 
 
-@main.command()
-@_common
-@click.option("--stall-timeout", default=30.0, show_default=True, help="Seconds a transfer may stall.")
-@click.option("--budget", default=300.0, show_default=True, help="Seconds the whole restore may take.")
-@click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error.")
+@cli.command()
+@_key_options
+@click.option("--stall-timeout", default=_CLIENT_DEFAULTS["stall_timeout"].default, show_default=True,
+              type=click.FloatRange(0.1), help="Seconds a transfer may stall.")
+@click.option("--budget", default=_CLIENT_DEFAULTS["budget"].default, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds the whole restore may take.")
+@click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error (no URL included).")
 @click.option("--fallback", "fallbacks", default="", metavar="STEPS",
               help="Comma-separated steps tried in order when the exact key has no version: shape (same key, any "
                    "shape), shapes (the most restored shapes, unioned), name (same environment, any name).")
-@click.option("--fallback-max-bytes", type=int, default=None, help="Byte budget of the shapes step.")
+@click.option("--fallback-max-bytes", type=Size(), default=None, metavar="SIZE",
+              help="Byte budget of the shapes step (e.g. 2G).")
 @click.option("--kind", type=click.Choice(KINDS), default=DEFAULT_KIND, show_default=True,
               help="Version kind. Other kinds than the snapshot are one file, fetched under "
                    "<cache dir>/.cachesvc/artifacts/ (the report's 'artifacts'); the app loads it.")
-def restore(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, stall_timeout, budget, strict, fallbacks,
-            fallback_max_bytes, kind):
+@click.pass_context
+def restore(ctx, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, stall_timeout, budget,
+            strict, fallbacks, fallback_max_bytes, kind):
     """Fetch the newest matching version into the cache dir. A miss names the nearest entries and the
-    key fields that differ."""
+    key fields that differ; it exits 0 (the app will compile) unless --strict."""
     _setup_logging(quiet)
-    client = CacheClient(url, token, cache_dir, timeout=timeout, stall_timeout=stall_timeout, budget=budget)
-    steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
-    try:
-        report = client.restore(name, shape, _tags(tags), strict=strict, fallbacks=steps,
-                                fallback_max_bytes=fallback_max_bytes, kind=kind)
-    except (CacheClientError, OSError) as exc:
-        click.echo(f"cachesvc-client: restore failed: {getattr(exc, 'message', None) or exc}", err=True)
+    client = CacheClient(url or "", token, cache_dir, timeout=timeout, stall_timeout=stall_timeout, budget=budget,
+                         env_file=env_file)
+    _environment(ctx, client)  # a bad env file or CACHESVC_ENV_<FIELD> is a usage error, before anything else
+    if not client.url:
+        report = RestoreReport(hit=False, name=name, shape=shape, kind=kind,
+                               reason="error: no service URL (--url or CACHESVC_URL)")
+        log.warning("no service URL (--url or CACHESVC_URL): restore of %s is a miss; the app will compile", name)
+    else:
+        steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
+        report = client.restore(name, shape, tags, fallbacks=steps, fallback_max_bytes=fallback_max_bytes, kind=kind)
+    error = report.reason.startswith("error: ")  # its warning line said why; the summary would say it again
+    if as_json:
+        _print_report(report, True, quiet)
+    elif not error:
+        _print_report(report, False, quiet or strict and not report.hit)
+    if strict and not report.hit:
+        why = "the restore failed (the warning above says why)" if error else report.summary()
+        click.echo(f"cachesvc-client restore: error: {why}; --strict makes a miss exit 1", err=True)
         sys.exit(1)
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
 
 
-@main.command()
-@_common
-@click.option("--compile-seconds", type=float, default=None, help="Cold compile time to record.")
-@click.option("--min-compile-seconds", type=float, envvar="CACHESVC_MIN_COMPILE_SECONDS", default=0.0,
+@cli.command()
+@_key_options
+@click.option("--compile-seconds", type=click.FloatRange(0), default=None, help="Cold compile time to record.")
+@click.option("--min-compile-seconds", type=click.FloatRange(0), envvar="CACHESVC_MIN_COMPILE_SECONDS", default=0.0,
               show_default=True, help="Skip the publish when --compile-seconds is under this "
                                       "[env CACHESVC_MIN_COMPILE_SECONDS].")
 @click.option("--no-merge", is_flag=True, help="Do not union with the key's newest version.")
-def publish(name, shape, tags, url, token, cache_dir, timeout, as_json, quiet, compile_seconds, min_compile_seconds,
-            no_merge):
+@click.pass_context
+def publish(ctx, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, compile_seconds,
+            min_compile_seconds, no_merge):
     """Snapshot the cache dir (and the other roots) and publish it."""
     _setup_logging(quiet)
-    client = CacheClient(url, token, cache_dir, timeout=timeout)
+    if not url:
+        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
+    client = CacheClient(url, token, cache_dir, timeout=timeout, env_file=env_file)
+    _environment(ctx, client)
     try:
-        report = client.publish(name, shape, _tags(tags), compile_seconds=compile_seconds,
+        report = client.publish(name, shape, tags, compile_seconds=compile_seconds,
                                 min_compile_seconds=min_compile_seconds, merge=not no_merge)
-    except CacheClientError as exc:
-        click.echo(f"cachesvc-client: publish failed: {exc.message}", err=True)
+    except (CacheClientError, OSError) as exc:
+        click.echo(f"cachesvc-client publish: error: {one_line(getattr(exc, 'message', exc))}",
+                   err=True)
         sys.exit(1)
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
+    _print_report(report, as_json, quiet)
 
 
-@main.command()
-def env():
-    """Print this process's environment fingerprint (part of every key)."""
-    click.echo(json.dumps(environment(), indent=2))
+@cli.command("env")
+@click.option("--json", "as_json", is_flag=True, help="Print it as an env file (for --env-file).")
+def env_command(as_json):
+    """This process's environment fingerprint: the key fields restore and publish read here.
+
+    In the app image (at image build, where torch is), `cachesvc-client env --json > /etc/cachesvc/env.json`
+    writes the env file a container without torch or a GPU restores with (`restore --env-file`).
+    CACHESVC_ENV_<FIELD> overrides a field (e.g. the GPU's name when the build has none)."""
+    try:
+        env = keyenv.check(environment())
+    except keyenv.EnvError as exc:
+        raise click.UsageError(str(exc)) from None
+    for warning in keyenv.write_warnings(env):
+        click.echo(f"cachesvc-client: warning: {warning}", err=True)
+    if as_json:
+        click.echo(json.dumps(env, indent=2))
+    else:
+        click.echo("\n".join(f"{k:<7} {v}" for k, v in env.items()))
+
+
+@cli.command()
+@click.option("--cache-dir", envvar="TORCHINDUCTOR_CACHE_DIR", default=None,
+              help="Inductor cache dir [env TORCHINDUCTOR_CACHE_DIR; torch's default otherwise].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+def status(cache_dir, as_json):
+    """What was restored into this cache dir: key, version, files, bytes, when, the verify verdict."""
+    s = inventory.local_status(CacheClient(cache_dir=cache_dir).cache_dir)
+    click.echo(json.dumps(s, indent=2) if as_json else inventory.status_text(s))
+
+
+def _service(ctx: click.Context, url: Optional[str], token: Optional[str], timeout: float):
+    if not url:
+        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
+    return CacheClient(url, token, timeout=timeout).api
+
+
+def _ask(ctx: click.Context, what: Callable[[], dict]) -> dict:
+    try:
+        return what()
+    except (CacheClientError, OSError) as exc:
+        click.echo(f"cachesvc-client {ctx.info_name}: error: {one_line(getattr(exc, 'message', exc))}",
+                   err=True)
+        sys.exit(1)
+
+
+@cli.command("ls")
+@click.option("--name", help="Only this name.")
+@click.option("--shape", help="Only this shape.")
+@click.option("--tag", "tag", multiple=True, metavar="KEY=VALUE", help="Only entries with this tag (repeatable).")
+@click.option("--torch", help="Only this torch version.")
+@click.option("--device", help="Only this device.")
+@click.option("--arch", help="Only this arch.")
+@click.option("--kind", type=click.Choice(KINDS), help="Only entries with a version of this kind.")
+@click.option("--problem", is_flag=True, help="Only entries whose restores get no cache hit.")
+@click.option("--sort", type=click.Choice(["newest", "largest", "most_restored", "last_restored"]), default="newest",
+              show_default=True)
+@click.option("--limit", type=click.IntRange(0), default=100, show_default=True, help="Rows at most; 0: all.")
+@click.option("-v", "--versions", is_flag=True, help="One row per version, with restores and the verified hit rate.")
+@_service_options
+@click.pass_context
+def ls_command(ctx, name, shape, tag, torch, device, arch, kind, problem, sort, limit, versions, url, token, timeout,
+               as_json):
+    """Keys (entries) and versions on the service, with sizes, restores and the verified hit rate."""
+    filters = {k: v for k, v in dict(name=name, shape=shape, torch=torch, device=device, arch=arch, kind=kind,
+                                     sort=sort, tag=list(tag) or None, problem="true" if problem else None).items()
+               if v}
+    api = _service(ctx, url, token, timeout)
+    listing = _ask(ctx, lambda: inventory.list_entries(api, filters, limit=limit, versions=versions))
+    click.echo(json.dumps(listing, indent=2) if as_json else inventory.entries_text(listing, versions=versions))
+
+
+@cli.command()
+@click.option("--days", type=click.IntRange(0, 3660), default=7, show_default=True,
+              help="Days of the daily series to show (0: none).")
+@_service_options
+@click.pass_context
+def stats(ctx, days, url, token, timeout, as_json):
+    """The service's totals: entries, bytes stored, dedup ratio, restores, hit rate, compile time saved."""
+    api = _service(ctx, url, token, timeout)
+    got = _ask(ctx, lambda: inventory.service_stats(api, days))
+    click.echo(json.dumps(got, indent=2) if as_json else inventory.stats_text(got, days))
+
+
+def main(argv=None) -> None:
+    """The console entry point (``cachesvc-client``)."""
+    cli_support.run(cli, "cachesvc-client", argv)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,18 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import artifacts, envfiles, keys, roots as roots_mod, torch_fixes
+from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
 from .http import ServiceAPI
 from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore import restore as _restore
-from .verify import REPORTED, Verdict, judge
+from .verify import REPORTED, Verdict, judge, record_verdict, stamped_report
 
 log = logging.getLogger("cachesvc_client")
+#: marks the log record of a report's summary: `cachesvc-client` prints the summary itself, on stdout, and drops it
+SUMMARY = {"cachesvc_summary": True}
 
 
 def torch_compile_seconds() -> Optional[float]:
@@ -36,10 +38,10 @@ def _compile_seconds(given: Optional[float]) -> Optional[float]:
     return given if given is not None else torch_compile_seconds()
 
 
-def _published(report: PublishReport) -> PublishReport:
+def _published(report: PublishReport, *more_warnings: Optional[str]) -> PublishReport:
     """Log a published state's report, with the settings that key it apart (``keying_warnings``)."""
-    report.warnings = keying_warnings()
-    log.info("%s", report.summary())
+    report.warnings = keying_warnings() + [w for w in more_warnings if w]
+    log.info("%s", report.summary(), extra=SUMMARY)
     for warning in report.warnings:
         log.warning("cachesvc publish: %s", warning)
     return report
@@ -57,18 +59,22 @@ class CacheClient:
         workers: parallel transfers.
         budget: seconds a whole restore may take; past it, transfers still running are cut off
             and what they would have brought is left out (a miss if nothing was restored).
+        env_file: the key's environment from this file (``cachesvc-client env --json`` in the app
+            image), default ``$CACHESVC_ENV_FILE``; for processes without torch or a GPU
+            (``cachesvc_client.keyenv``). Unset: this process reads its own (``environment()``).
 
     Thread-safe; keep one per process.
     """
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, cache_dir: Optional[str] = None,
                  *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16,
-                 budget: Optional[float] = 300.0):
+                 budget: Optional[float] = 300.0, env_file: Optional[str] = None):
         self.url = url or os.environ.get("CACHESVC_URL", "")
         self.token = token or os.environ.get("CACHESVC_TOKEN") or None
         self._cache_dir_given = cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
         self.timeout, self.stall_timeout, self.workers, self.budget = timeout, stall_timeout, workers, budget
+        self.env_file = env_file or keyenv.env_file_from_environ()
         self._api: Optional[ServiceAPI] = None
         self.last_restore: Optional[RestoreReport] = None
 
@@ -78,11 +84,16 @@ class CacheClient:
             self._api = ServiceAPI(self.url, self.token, timeout=self.timeout)
         return self._api
 
+    def environment(self) -> Dict[str, str]:
+        """The environment this client's keys use: the env file (if any) under the ``CACHESVC_ENV_<FIELD>``
+        overrides, else this process's ``environment()``. Raises keyenv.EnvError naming the file or variable."""
+        return keyenv.key_environment(self.env_file, environment)[0]
+
     def key(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None,
             env: Optional[Mapping[str, str]] = None) -> dict:
         """The full cache key for this process (environment fingerprint included), validated."""
         return {"name": keys.check_name(name), "shape": keys.check_shape(shape), "tags": keys.check_tags(tags),
-                "env": keys.check_env(env if env is not None else environment())}
+                "env": keys.check_env(env if env is not None else self.environment())}
 
     def restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *, strict: bool = False,
                 env: Optional[Mapping[str, str]] = None, fallbacks: Sequence[str] = (),
@@ -105,14 +116,15 @@ class CacheClient:
         On service or storage trouble, or a blob torch cannot load, it logs a warning and returns a
         miss, so the process compiles cold; with ``strict=True`` it raises CacheClientError instead.
         ``start_restore`` runs it in the background before torch is imported.
-        Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset.
+        Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset. ``env`` replaces the
+        key's environment (default: ``self.environment()``; a bad env file is a miss, unless strict).
         """
-        key = self.key(name, shape, tags, env)
         keys.check_kind(kind)
         if load and kind != "mega-cache":
             raise ValueError(f"load=True loads a mega-cache; load a {kind} with cachesvc_client.load_precompiled")
         torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/torch_fixes.py
         try:
+            key = self.key(name, shape, tags, env)  # EnvError (the deployment's env file or variables): a miss
             if kind == keys.DEFAULT_KIND:
                 report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
                                   stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
@@ -123,18 +135,19 @@ class CacheClient:
             if load and report.hit:
                 self._use_cache_dir()
                 report.loaded = artifacts.load_mega_cache(report.artifacts[0])
-        except (CacheClientError, OSError) as exc:
+        except (CacheClientError, OSError, keyenv.EnvError) as exc:
             # OSError: the container's own disk (full, read-only) failed us; still a miss, never a crash.
             if strict:
                 raise
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            log.warning("cachesvc restore of %s failed, compiling cold: %s", name, message)
+            log.warning("cachesvc restore of %s failed (a miss): %s", name, message)
             return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {message}", kind=kind)
         self._use_cache_dir()
+        self._explain_key(report, key, env_given=env is not None)
         self.last_restore = report
         if verify_at_exit:
             atexit.register(self.verify)
-        log.info("%s", report.summary())
+        log.info("%s", report.summary(), extra=SUMMARY)
         for warning in report.warnings:
             log.warning("cachesvc restore: %s", warning)
         if report.failed:
@@ -143,15 +156,25 @@ class CacheClient:
             raise CacheClientError(report.summary(), code="miss")
         return report
 
+    def _explain_key(self, report: RestoreReport, key: dict, *, env_given: bool) -> None:
+        """Put the key and where its environment came from in ``report``; on a miss that only fields this
+        process could not read explain (no torch, no GPU), add a warning that says how to fix it."""
+        report.tags, report.env = key["tags"], key["env"]
+        report.env_file = "" if env_given else (self.env_file or "")
+        hint = None if report.hit else keyenv.unreadable_hint(report.env, report.env_file or None, report.nearest)
+        if hint:
+            report.warnings.append(hint)
+
     def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True) -> Verdict:
-        """After the process compiled: did the restore (default: this client's last) pay off?
+        """After the process compiled: did the restore (default: this client's last, else the last one into
+        the cache dir, as an init container's) pay off?
 
         Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verify``),
         logs the verdict and, with ``send``, reports ``paid_off``/``partial``/``no_hits`` to the
         service, which marks versions whose restores get no hits as problems. Never raises on
         service trouble: the verdict comes back with ``reported=False``.
         """
-        verdict = judge(report or self.last_restore, self.cache_dir)
+        verdict = judge(report or self.last_restore or stamped_report(self.cache_dir), self.cache_dir)
         (log.warning if verdict.verdict == "no_hits" else log.info)("%s", verdict.summary())
         if send and verdict.verdict in REPORTED:
             try:
@@ -160,6 +183,7 @@ class CacheClient:
                 verdict.reported = True
             except CacheClientError as exc:
                 log.warning("cachesvc verify: could not report the verdict: %s", exc.message)
+        record_verdict(self.cache_dir, verdict)  # for `cachesvc-client status`
         return verdict
 
     def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
@@ -170,9 +194,10 @@ class CacheClient:
         (``envfiles``), not from torch. ``shape`` must then be known without the
         inputs (``shape_signature`` of them gives the same text). Wait for the
         future (``.result()``) before the first compiled call. Where only torch
-        can tell the environment, the thread imports it (no overlap, same key).
+        can tell the environment, the thread imports it (no overlap, same key). With an env file
+        (``env_file``, ``$CACHESVC_ENV_FILE``) the key comes from it and nothing is probed.
         """
-        env = envfiles.environment()
+        env = None if self.env_file else envfiles.environment()  # None: restore() reads the file or torch
         future: "Future[RestoreReport]" = Future()
 
         def run() -> None:
@@ -213,13 +238,13 @@ class CacheClient:
         why = admit(compile_seconds, min_compile_seconds)
         if why:
             report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)
-            log.info("%s", report.summary())
+            log.info("%s", report.summary(), extra=SUMMARY)
             return report
         root_list = (roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in roots.items())
                      if roots is not None else roots_mod.default_roots(self.cache_dir))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
                           merge=merge)
-        return _published(report)
+        return _published(report, keyenv.disagreement(key["env"], self.env_file if env is None else None))
 
     def publish_mega_cache(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                            compile_seconds: Optional[float] = None,
@@ -258,5 +283,5 @@ class CacheClient:
         meta = artifacts.artifact_meta(kind, example_inputs, device)
         report = artifacts.publish_file(self.api, key, kind, path, meta, workers=min(self.workers, 8),
                                         compile_seconds=_compile_seconds(compile_seconds))
-        log.info("%s", report.summary())
+        log.info("%s", report.summary(), extra=SUMMARY)
         return report

@@ -157,22 +157,25 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     def send(item: dict) -> dict:
         digest = item["sha256"]
         encoding, body_file, length = transfer.encode(by_digest[digest], digest)
+        progress.adjust_total(length - item["size"])  # the total starts uncompressed: progress.py
         try:
             put(item["targets"][encoding], body_file, length, digest[:12])
         finally:
             body_file.close()
-        progress.advance(1, item["size"])
+        progress.advance(1, length)
         return {"sha256": digest, "encoding": encoding, "length": length}
 
     def send_pack(group: List[dict]) -> dict:
         index, data = packing.build(group, by_digest)
+        progress.adjust_total(len(data) - sum(i["size"] for i in group))
         target = api.pack_targets(report.version_id, [{"sha256": index["sha256"], "size": len(data)}])[0]["target"]
         put(target, io.BytesIO(data), len(data), f"pack {index['sha256'][:12]}")
-        progress.advance(len(group), sum(i["size"] for i in group))
+        progress.advance(len(group), len(data))
         return {**index, "length": len(data), "group": group}
 
     groups = list(packing.groups(small, offer.get("target_size", 0))) if small else []
-    with Progress(f"publish {key['name']}", len(todo), sum(i["size"] for i in todo), log) as progress:
+    with Progress(f"publish {key['name']}", len(todo), sum(i["size"] for i in todo), log, items="blobs",
+                  bytes_bound=True) as progress:
         # packs first: a few large bodies, then the loose blobs fill the workers
         packs = pool_map(send_pack, groups, workers) if groups else []
         sent = pool_map(send, loose, workers)
@@ -194,6 +197,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
                     raise
                 log.info("commit of version %s found %d blob(s) and %d pack(s) missing; uploading them again",
                          report.version_id, len(again), len(packs_again))
+                progress.adjust_total(sum(i["size"] for i in again + [i for p in packs_again for i in p["group"]]))
                 redone = {s["sha256"]: s for s in pool_map(send, again, workers)}
                 sent = [redone.get(s["sha256"], s) for s in sent]
                 repacked = {p["sha256"]: p for p in pool_map(send_pack, [p["group"] for p in packs_again], workers)}

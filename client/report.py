@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .progress import human
+from .units import format_size
 
 
 def _show(value: str) -> str:
@@ -49,9 +50,25 @@ class RestoreReport:
     artifacts: List[str] = field(default_factory=list)  # other kinds: the fetched files, local paths
     meta: Dict[str, str] = field(default_factory=dict)  # other kinds: the version's metadata (torch, signature)
     loaded: Optional[Dict[str, int]] = None  # mega-cache with load=True: artifacts loaded, per type
+    tags: Dict[str, str] = field(default_factory=dict)  # the key's tags
+    env: Dict[str, str] = field(default_factory=dict)   # the key's environment (cachesvc_client.keys.ENV_FIELDS)
+    env_file: str = ""        # the env file that environment came from ("" when read by this process)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def for_key(cls, key: dict, **fields) -> "RestoreReport":
+        """A miss (so far) for ``key`` (``CacheClient.key()``)."""
+        return cls(hit=False, name=key["name"], shape=key["shape"], tags=key["tags"], env=key["env"], **fields)
+
+    def stamp_record(self) -> dict:
+        """What ``restored.json`` keeps of this restore, beside its files (``cachesvc-client status``)."""
+        return {"versions": self.versions, "fallback": self.fallback, "restored_at": self.started_at,
+                "key": {"name": self.name, "shape": self.shape, "tags": self.tags, "env": self.env},
+                "kind": self.kind, "entry_id": self.entry_id, "roots": self.roots, "files_written": self.files,
+                "files_present": self.files_present, "bytes": self.bytes, "bytes_written": self.bytes_written,
+                "left_out": len(self.failed), "seconds": round(max(0.0, time.time() - self.started_at), 3)}
 
     def summary(self) -> str:
         if not self.hit:
@@ -64,8 +81,8 @@ class RestoreReport:
             what = (f"fallback '{self.fallback}' ({self.reason}), version(s) {', '.join(map(str, self.versions))} "
                     f"[{'; '.join(describe_entry(c) for c in self.fallback_entries)}]")
         text = (f"restore {self.name} [{self.shape}]: {what}: {self.files} files written "
-                f"({human(self.bytes_written)}, {human(self.bytes)} transferred), {self.files_present} already "
-                f"present, {self.seconds:.2f} s")
+                f"({format_size(self.bytes_written)}, {format_size(self.bytes)} transferred), "
+                f"{self.files_present} already present, {self.seconds:.2f} s")
         if self.failed:
             text += f"; {len(self.failed)} file(s) left out: {self.failed[0]}" + (" ..." if len(self.failed) > 1 else "")
         if self.loaded is not None:
@@ -99,7 +116,7 @@ class PublishReport:
         if self.status in ("skipped", "linked"):
             return f"publish {self.name} [{self.shape}]: {self.status}: {self.reason}"
         what = "" if self.kind == "inductor-dir" else f" {self.kind}"
-        text = (f"publish {self.name} [{self.shape}]:{what} {self.status} version {self.version_id}: {self.files} files "
-                f"({human(self.bytes)}), uploaded {self.uploaded_blobs} blobs ({human(self.uploaded_bytes)}) "
-                f"in {self.seconds:.2f} s")
+        text = (f"publish {self.name} [{self.shape}]:{what} {self.status} version {self.version_id}: "
+                f"{self.files} files ({format_size(self.bytes)}), uploaded {self.uploaded_blobs} blobs "
+                f"({format_size(self.uploaded_bytes)}) in {self.seconds:.2f} s")
         return text + (f"; {len(self.warnings)} warning(s)" if self.warnings else "")

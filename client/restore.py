@@ -91,9 +91,10 @@ class _Stamp:
     def doc(self) -> dict:
         try:
             with open(self.path) as f:
-                return json.load(f)
+                doc = json.load(f)
         except (OSError, ValueError):
             return {}
+        return doc if isinstance(doc, dict) else {}
 
     def load(self, version_id) -> Dict[str, Tuple[int, int]]:
         try:
@@ -181,11 +182,15 @@ def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
     os.replace(tmp, first)
 
 
+def stamp_file(cache_dir: str) -> str:
+    """``<inductor root>/.cachesvc/restored.json``, where restores into ``cache_dir`` record what they placed."""
+    return os.path.join(os.path.realpath(roots_mod.resolve_root("inductor", cache_dir)), STATE_DIR, "restored.json")
+
+
 def load_stamp(cache_dir: str) -> dict:
-    """What the last restore into ``cache_dir`` placed: ``{"version_id", "versions", "fallback",
-    "restored_at", "files": {"role/path": [size, mtime_ns]}}`` ({} when none)."""
-    inductor = os.path.realpath(roots_mod.resolve_root("inductor", cache_dir))
-    return _Stamp(os.path.join(inductor, STATE_DIR)).doc()
+    """What the last restore into ``cache_dir`` placed: ``{"version_id", "files": {"role/path": [size, mtime_ns]}}``
+    and ``RestoreReport.stamp_record()``; ``client.verify()`` adds ``"verdict"`` ({} when none)."""
+    return _Stamp(os.path.dirname(stamp_file(cache_dir))).doc()
 
 
 def dedup_files(files: List[dict]) -> Tuple[List[dict], List[str]]:
@@ -216,7 +221,7 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
     start = time.monotonic()
     deadline = None if budget is None else start + budget
     lock_timeout = 600.0 if budget is None else budget
-    report = RestoreReport(hit=False, name=key["name"], shape=key["shape"], started_at=time.time())
+    report = RestoreReport.for_key(key, started_at=time.time())
     answer = api.resolve(key, deadline=min(start + timeout, deadline or float("inf")), fallbacks=fallbacks,
                          fallback_max_bytes=fallback_max_bytes)
     if not answer.get("hit"):
@@ -404,4 +409,4 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
                     report.failed.append(f"{t}: {problem}")
                     missing.add(t)
     stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing},
-               {"versions": report.versions, "fallback": report.fallback, "restored_at": report.started_at})
+               report.stamp_record())

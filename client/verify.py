@@ -18,21 +18,31 @@ time and saved none), ``nothing_restored`` (the restore missed),
 The first three are sent to the service (``POST /api/v1/verdicts``), which
 shows versions whose restores get no hits as problems.
 
-Stdlib only; torch is read from ``sys.modules`` and never imported here.
+The verdict is also added to the restore's record in the cache dir (``restored.json``), which
+``cachesvc-client status`` shows.
+
+torch is read from ``sys.modules`` and never imported here.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from filelock import FileLock, Timeout
+
 from . import roots as roots_mod
 from .report import RestoreReport
-from .restore import load_stamp
+from .restore import load_stamp, stamp_file
 
 REPORTED = ("paid_off", "partial", "no_hits")
+#: the counters a verdict recorded in restored.json keeps
+_COUNTS = ("fxgraph_hits", "fxgraph_misses", "aotautograd_hits", "aotautograd_misses", "triton_compiles",
+           "cpp_builds")
 _TRITON_BINARIES = (".cubin", ".hsaco", ".spv")
 
 
@@ -91,6 +101,19 @@ def new_artifacts(cache_dir: str, since: float, placed: Dict[str, list]) -> Dict
     return out
 
 
+def stamped_report(cache_dir: str) -> Optional[RestoreReport]:
+    """The last restore into ``cache_dir`` as its record tells it (``restored.json``), or None: how a process
+    judges a restore another process did (an init container), with ``client.verify()`` and no report."""
+    doc = load_stamp(cache_dir)
+    key = doc.get("key") or {}
+    if not doc.get("versions") or not key:
+        return None
+    return RestoreReport(hit=True, name=key.get("name", ""), shape=key.get("shape", ""), versions=doc["versions"],
+                         version_id=doc.get("version_id"), fallback=doc.get("fallback") or "",
+                         files=doc.get("files_written") or 0, files_present=doc.get("files_present") or 0,
+                         started_at=doc.get("restored_at") or 0.0, kind=doc.get("kind") or "inductor-dir")
+
+
 def judge(report: Optional[RestoreReport], cache_dir: str, counters: Optional[Dict[str, int]] = None) -> Verdict:
     """The verdict for ``report`` (the restore this process did), from ``counters`` (default: this
     process's, ``read_counters()``) and the files in the roots."""
@@ -118,3 +141,33 @@ def judge(report: Optional[RestoreReport], cache_dir: str, counters: Optional[Di
     else:
         v.verdict = "partial" if v.fxgraph_hits else "no_hits"
     return v
+
+
+def record_verdict(cache_dir: str, verdict: Verdict) -> bool:
+    """Add ``verdict`` to what the restore into ``cache_dir`` recorded (``restored.json``), when it is about
+    that restore's versions, so ``cachesvc-client status`` shows it. Returns whether it was recorded.
+
+    Takes the restore lock for a moment (a restore running then rewrites the record; the verdict is
+    left out rather than waited for). Never raises: the record is for people, not for correctness.
+    """
+    path = stamp_file(cache_dir)
+    if not verdict.versions:
+        return False
+    try:
+        with FileLock(os.path.join(os.path.dirname(path), "restore.lock"), timeout=2):
+            doc = load_stamp(cache_dir)
+            if doc.get("versions") != verdict.versions:
+                return False
+            doc["verdict"] = {"verdict": verdict.verdict, "at": time.time(), "reported": verdict.reported,
+                              **{k: getattr(verdict, k) for k in _COUNTS}}
+            tmp = f"{path}.{os.getpid()}.verdict.tmp"
+            try:
+                with open(tmp, "w") as f:
+                    json.dump(doc, f)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    except (OSError, Timeout):
+        return False
+    return True

@@ -21,7 +21,10 @@ def post(body):
 
     `read` scope: the processes that restore hold read tokens. A `no_hits` verdict of an exact-key
     restore (no `fallback`) marks the version as a problem (entries API `problem`, the pages).
+    `first_call_seconds` (the restored process's first compiled call) lets a hit verdict count the
+    compile seconds it saved in the stats: the version's `compile_seconds` minus it.
     Returns each version's counters; 404 when a version does not exist (nothing is recorded).
     """
     with services().db.session() as s:
-        return {"versions": verdicts.record(s, body["versions"], body["verdict"], body["fallback"])}
+        return {"versions": verdicts.record(s, body["versions"], body["verdict"], body["fallback"],
+                                            body["first_call_seconds"])}

@@ -34,7 +34,7 @@ class _Main(click.Group):
         extra.pop("standalone_mode", None)
         argv = sys.argv[1:] if args is None else list(args)
         try:
-            rv = super().main(argv, prog_name or "cachesvc", standalone_mode=False, **extra)
+            rv = super().main(argv, "cachesvc", standalone_mode=False, **extra)
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
             _die(f"{exc.format_message()}{hint}", exc.exit_code)
@@ -127,7 +127,7 @@ def serve(host, port, workers, threads):
     except (socket.gaierror, UnicodeError) as exc:
         raise BadUsage(f"--host: cannot listen on {host!r}: {exc}") from None
     settings = config.load()
-    with needs_server("serve", admin=False):
+    with needs_server(admin=False):
         from .direct import translated
         from .serve import serve as run
 
@@ -145,7 +145,7 @@ def db_group():
 def db_upgrade(revision):
     """Apply migrations up to REVISION (makes an SQLite database and its folder when there is none)."""
     settings = config.load()
-    with needs_server("db upgrade", admin=False):
+    with needs_server(admin=False):
         from .. import db
         from .direct import safe_url, translated
 
@@ -161,7 +161,7 @@ def db_upgrade(revision):
 def db_current():
     """Show the database's revision and the code's head (creates nothing)."""
     settings = config.load()
-    with needs_server("db current", admin=False):
+    with needs_server(admin=False):
         from .. import db
         from .direct import translated
 
@@ -242,7 +242,7 @@ def purge(as_json, dry_run, url, token, **criteria):
         result = admin.purge(criteria, dry_run)
     finally:
         admin.close()
-    _echo([json.dumps(result, indent=2)] if as_json else render.purge_lines(result))
+    _echo([json.dumps(result, indent=2, sort_keys=True)] if as_json else render.purge_lines(result))
 
 
 @main.command(epilog=ADMIN_HELP)
@@ -255,4 +255,4 @@ def gc(as_json, url, token):
         result = admin.gc()
     finally:
         admin.close()
-    click.echo(json.dumps(result, indent=2) if as_json else render.gc_line(result))
+    click.echo(json.dumps(result, indent=2, sort_keys=True) if as_json else render.gc_line(result))

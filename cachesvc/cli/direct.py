@@ -52,7 +52,7 @@ class DirectAdmin:
     def __init__(self, settings: dict, *, create: bool = False):
         """Opens the database: migrates first where AUTO_MIGRATE says so; a missing SQLite file is
         made only with ``create`` (a command that makes things), otherwise refused."""
-        with needs_server("admin commands without --url", admin=True), translated(settings):
+        with needs_server(admin=True), translated(settings):
             from .. import db
             from ..app import build_services
 

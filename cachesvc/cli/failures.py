@@ -73,7 +73,7 @@ def refusal(code: str, message: str, details: Any = None) -> click.ClickExceptio
 
 
 @contextlib.contextmanager
-def needs_server(what: str, *, admin: bool) -> Iterator[None]:
+def needs_server(*, admin: bool) -> Iterator[None]:
     """Turn a missing server package into one line that says what to install (and, for an admin
     command, that ``--url`` works without it)."""
     try:
@@ -81,7 +81,9 @@ def needs_server(what: str, *, admin: bool) -> Iterator[None]:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in SERVER_MODULES:
             raise
+        ctx = click.get_current_context(silent=True)
+        command = ctx.command_path if ctx is not None else "cachesvc"
         alternative = (", or give --url (CACHESVC_URL) and an admin --token (CACHESVC_TOKEN) to use a running "
                        "service's admin API" if admin else "")
-        raise Failure(f"`cachesvc {what}` needs the server's packages ({exc.name} is not installed): "
+        raise Failure(f"`{command}` needs the server's packages ({exc.name} is not installed): "
                       f"pip install 'cachesvc[server]'{alternative}") from None

@@ -24,10 +24,10 @@ ANSWER_SECONDS = 3600.0  # purge and GC run in the request
 
 class HttpAdmin:
     def __init__(self, url: str, token: Optional[str]):
-        parts = urlsplit(url)
         try:
+            parts = urlsplit(url)
             parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
-        except ValueError as exc:
+        except ValueError as exc:  # also "Invalid IPv6 URL" for http://[::1
             raise BadUsage(f"--url: {exc} in {url!r}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadUsage(f"--url: expected http(s)://host[:port], got {url!r}")

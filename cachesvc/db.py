@@ -56,8 +56,8 @@ def make_engine(url: str, *, create: bool = False) -> Engine:
             path.parent.mkdir(parents=True, exist_ok=True)
         elif path is not None and not path.exists():
             raise DatabaseNotReady(
-                f"no database at {path.resolve()}: run `cachesvc db upgrade` (or start `cachesvc serve`) to "
-                f"create it, or check CACHESVC_DATA_DIR / CACHESVC_DATABASE_URL")
+                f"no database at {path.resolve()}: run `cachesvc db upgrade` to create it (`cachesvc serve` "
+                f"does unless CACHESVC_AUTO_MIGRATE is off), or check CACHESVC_DATA_DIR / CACHESVC_DATABASE_URL")
         engine = create_engine(url, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")

@@ -42,6 +42,10 @@ class _Main(click.Group):
             _die(exc.format_message(), exc.exit_code)
         except click.Abort:
             _die("aborted", 1)
+        except SystemExit as exc:  # settings that do not parse, a database not ready: their message says it
+            if isinstance(exc.code, str):
+                _die(exc.code, 1)
+            raise
         except Exception as exc:  # noqa: BLE001 - a bug: one line, unless asked for the traceback
             if "--traceback" in argv:
                 raise
@@ -154,7 +158,16 @@ def db_upgrade(revision):
                 db.upgrade(settings["DATABASE_URL"], revision)
             except db.UnknownRevision as exc:
                 raise BadUsage(f"--revision: {exc}") from None
-    click.echo(f"database {safe_url(settings['DATABASE_URL'])} is at {revision}")
+            current, head = _revisions(db, settings["DATABASE_URL"])
+    click.echo(f"database {safe_url(settings['DATABASE_URL'])} is at revision {current} (head: {head})")
+
+
+def _revisions(db, url: str) -> tuple:
+    engine = db.make_engine(url)
+    try:
+        return db.schema_status(engine)
+    finally:
+        engine.dispose()
 
 
 @db_group.command("current")
@@ -170,11 +183,7 @@ def db_current():
             if not db.exists(url):
                 click.echo(f"current: none (no database at {db.sqlite_path(url).resolve()})  head: {db.head_revision()}")
                 return
-            engine = db.make_engine(url)
-            try:
-                current, head = db.schema_status(engine)
-            finally:
-                engine.dispose()
+            current, head = _revisions(db, url)
     click.echo(f"current: {current or 'none'}  head: {head}")
 
 

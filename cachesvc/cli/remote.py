@@ -11,6 +11,7 @@ an answer may take long (a GC of a large store), so only connecting has a short 
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 from urllib.parse import quote, urlsplit
 
@@ -44,8 +45,9 @@ class HttpAdmin:
         except requests.exceptions.InvalidURL as exc:
             raise BadUsage(f"--url: {exc}") from None
         except requests.RequestException as exc:
-            raise Failure(f"cannot reach the service at {self.base} ({type(exc).__name__}); check --url / "
-                          f"CACHESVC_URL and that the service runs") from None
+            errno = re.search(r"\[Errno [^\]]+\] [^'\")]+", str(exc))  # "[Errno 111] Connection refused"
+            raise Failure(f"cannot reach the service at {self.base} ({errno.group(0) if errno else type(exc).__name__}); "
+                          f"check --url / CACHESVC_URL and that the service runs") from None
         try:
             answer = resp.json()
         except ValueError:
@@ -54,8 +56,9 @@ class HttpAdmin:
             return answer
         error = answer.get("error") if isinstance(answer, dict) else None
         if not isinstance(error, dict):
-            raise Failure(f"{url} answered {resp.status_code} {resp.headers.get('Content-Type', '')!s}, not "
-                          f"cachesvc's JSON: check --url / CACHESVC_URL")
+            kind = resp.headers.get("Content-Type")
+            raise Failure(f"{url} answered {resp.status_code}{f' ({kind})' if kind else ''}, not cachesvc's JSON: "
+                          f"check --url / CACHESVC_URL")
         code, message = str(error.get("code", "error")), str(error.get("message", ""))
         if resp.status_code == 401:
             message += ("; give an admin token with --token or CACHESVC_TOKEN" if not self.has_token

@@ -22,6 +22,8 @@ from typing import Iterator
 
 import click
 
+from .failures import Failure
+
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
 
@@ -58,7 +60,10 @@ def serve(settings: dict, *, host: str, port: int, workers: int, threads: int) -
         _metrics_dir(run)
         from ..app import create_app
 
-        app = create_app()
+        try:
+            app = create_app()
+        except ValueError as exc:  # from_url: a storage URL of an unknown scheme
+            raise Failure(f"CACHESVC_STORAGE_URL: {exc}") from None
         # create_app checked the schema over a pooled connection: forked workers must not inherit it
         # (two processes on one socket corrupt each other's replies: 8 concurrent publishes got 500s).
         app.extensions["cachesvc"].db.engine.dispose()

@@ -25,6 +25,24 @@ class Services:
     tokens: TTLCache = field(default_factory=lambda: TTLCache(0))  # sha256(Authorization) -> Principal
 
 
+def build_services(settings: dict) -> Services:
+    """The service's parts from ``settings``: what create_app wires into the app, and what the
+    `cachesvc` admin commands use when they work on the database directly.
+
+    Raises DatabaseNotReady (a SystemExit naming the command to run) when the database is missing
+    or its schema is behind; ValueError for a storage URL of an unknown scheme.
+    """
+    db = Database(settings["DATABASE_URL"])
+    try:
+        db.check_schema()
+        storage = from_url(settings["STORAGE_URL"], settings)
+    except BaseException:
+        db.engine.dispose()
+        raise
+    return Services(db=db, storage=storage, settings=settings, hits=HitLog(db, settings["HIT_FLUSH_SECONDS"]),
+                    tokens=TTLCache(settings["TOKEN_CACHE_SECONDS"]))
+
+
 def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     """Build the WSGI app. ``overrides`` win over ``CACHESVC_*`` environment variables.
 
@@ -47,11 +65,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
             "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
         },
     )
-    db = Database(settings["DATABASE_URL"])
-    db.check_schema()
-    app.extensions["cachesvc"] = Services(db=db, storage=from_url(settings["STORAGE_URL"], settings),
-                                          settings=settings, hits=HitLog(db, settings["HIT_FLUSH_SECONDS"]),
-                                          tokens=TTLCache(settings["TOKEN_CACHE_SECONDS"]))
+    app.extensions["cachesvc"] = build_services(settings)
 
     from . import web
     from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,

@@ -21,33 +21,33 @@ def _ticks(top: float, n: int = 4) -> List[float]:
     return [top * i / n for i in range(n + 1)]
 
 
-def stored_and_hits(rows: List[dict], width: int = 760, height: int = 260) -> Markup:
-    """Stored bytes (line, left axis) and hits (bars, right axis), one point per day of ``rows``."""
+def stored_and_restores(rows: List[dict], width: int = 760, height: int = 260) -> Markup:
+    """Stored bytes (line, left axis) and restores (bars, right axis), one point per day of ``rows``."""
     left, right, top, bottom = 70, 50, 20, 40
     w, h = width - left - right, height - top - bottom
     n = max(len(rows), 1)
     max_bytes = max([r["stored_bytes"] for r in rows] + [1])
-    max_hits = max([r["hits"] for r in rows] + [1])
-    if max_hits > 4:
-        max_hits = -(-max_hits // 4) * 4  # a multiple of 4, so the 4 tick steps are whole
+    max_restores = max([r["restores"] for r in rows] + [1])
+    if max_restores > 4:
+        max_restores = -(-max_restores // 4) * 4  # a multiple of 4, so the 4 tick steps are whole
     step = w / n
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" class="chart">',
-             '<title>Stored bytes and hits per day</title>',
+             '<title>Stored bytes and restores per day</title>',
              f'<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>']
     for t in _ticks(max_bytes):
         y = top + h - h * t / max_bytes
         parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">'
                      f'{escape(human_bytes(t))}</text>')
-    for t in _ticks(max_hits, min(4, max_hits)):  # whole numbers only
-        y = top + h - h * t / max_hits
+    for t in _ticks(max_restores, min(4, max_restores)):  # whole numbers only
+        y = top + h - h * t / max_restores
         parts.append(f'<text x="{left + w + 6}" y="{y + 4:.1f}" font-size="11" fill="#b35900">{t:.0f}</text>')
     for i, r in enumerate(rows):
-        bh = h * r["hits"] / max_hits
+        bh = h * r["restores"] / max_restores
         x = left + i * step + step * 0.15
-        parts.append(f'<rect class="hits" x="{x:.1f}" y="{top + h - bh:.1f}" width="{step * 0.7:.1f}" '
-                     f'height="{bh:.1f}" fill="#f0a050"><title>{escape(r["date"])}: {r["hits"]} hits</title></rect>')
+        parts.append(f'<rect class="restores" x="{x:.1f}" y="{top + h - bh:.1f}" width="{step * 0.7:.1f}" '
+                     f'height="{bh:.1f}" fill="#f0a050"><title>{escape(r["date"])}: {r["restores"]} restores</title></rect>')
     points = " ".join(f"{left + (i + 0.5) * step:.1f},{top + h - h * r['stored_bytes'] / max_bytes:.1f}"
                       for i, r in enumerate(rows))
     if points:
@@ -58,6 +58,6 @@ def stored_and_hits(rows: List[dict], width: int = 760, height: int = 260) -> Ma
             parts.append(f'<text x="{left + (i + 0.5) * step:.1f}" y="{top + h + 16}" font-size="11" '
                          f'text-anchor="middle">{escape(r["date"][5:])}</text>')
     parts.append(f'<text x="{left}" y="{height - 6}" font-size="12" fill="#2060c0">— stored bytes (left)</text>')
-    parts.append(f'<text x="{left + 200}" y="{height - 6}" font-size="12" fill="#b35900">■ hits per day (right)</text>')
+    parts.append(f'<text x="{left + 200}" y="{height - 6}" font-size="12" fill="#b35900">■ restores per day (right)</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

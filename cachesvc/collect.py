@@ -122,7 +122,8 @@ def check_criteria(criteria: dict) -> dict:
     """The criteria that were given (None values dropped); InvalidRequest when there are none."""
     given = {k: v for k, v in criteria.items() if k in CRITERIA and v is not None}
     if not given:
-        raise InvalidRequest(f"a purge needs at least one criterion: {', '.join(CRITERIA)}")
+        raise InvalidRequest(f"a purge needs at least one criterion: {', '.join(CRITERIA)}",
+                             {"one_of": list(CRITERIA)})  # the CLI names its flags from this
     return given
 
 

@@ -1,7 +1,8 @@
 """Settings, in layers: defaults, then environment variables, then overrides.
 
-Every setting has an environment variable ``CACHESVC_<NAME>``; docs/settings.md
-lists them and a test keeps the two in step.
+Every setting has an environment variable ``CACHESVC_<NAME>``. The table in
+docs/settings.md is generated from ``SETTINGS`` (``scripts/settings_doc.py``; a
+test fails when the page is stale), so the help texts here are the documentation.
 """
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-#: name -> (default, parser, help). Defaults that depend on DATA_DIR are None.
+#: name -> (default, parser, help). Defaults that depend on other settings are None; ``SHOWN_DEFAULTS``
+#: says them for the docs.
 SETTINGS: Dict[str, tuple] = {
     "DATA_DIR": ("./cachesvc-data", str, "Folder for the embedded defaults (SQLite file and blob dir)."),
-    "DATABASE_URL": (None, str, "SQLAlchemy URL; default sqlite:///<DATA_DIR>/cachesvc.db. PostgreSQL: postgresql+psycopg://user@host/db."),
-    "STORAGE_URL": (None, str, "Blob storage: file:///path (default <DATA_DIR>/blobs) or s3://bucket/prefix."),
+    "DATABASE_URL": (None, str, "SQLAlchemy URL. PostgreSQL: `postgresql+psycopg://user:pw@host/db`."),
+    "STORAGE_URL": (None, str, "Blob storage: `file:///path` or `s3://bucket/prefix`."),
     "S3_ENDPOINT_URL": ("", str, "S3 endpoint for MinIO or any S3-compatible store; empty for AWS."),
     "S3_REGION": ("us-east-1", str, "S3 region used for signing."),
     "S3_ACCESS_KEY_ID": ("", str, "S3 access key; empty uses boto3's default credential chain."),
@@ -23,23 +25,36 @@ SETTINGS: Dict[str, tuple] = {
     "PRESIGN_EXPIRES": (3600, int, "Seconds a presigned URL stays valid."),
     "UPLOAD_LEASE_SECONDS": (3600, int, "Seconds a pending (uncommitted) version may wait for its blobs."),
     "MAX_FILES": (100_000, int, "Most files one version may hold."),
-    "MAX_REQUEST_BYTES": (64 * 1024**2, int, "Largest JSON request body."),
-    "MAX_BLOB_BYTES": (16 * 1024**3, int, "Largest blob upload through the service (local backend)."),
-    "AUTO_MIGRATE": (None, "bool", "Run migrations at `cachesvc serve`; default on for SQLite, off otherwise."),
-    "ANONYMOUS_READ": (None, "bool", "Let requests without a token read (browse, resolve, download, stats); default on for the embedded default (SQLite), off otherwise. Writing always needs a token."),
+    "MAX_REQUEST_BYTES": (64 * 1024**2, "size", "Largest JSON request body."),
+    "MAX_BLOB_BYTES": (16 * 1024**3, "size", "Largest blob upload through the service (local backend)."),
+    "AUTO_MIGRATE": (None, "bool", "Run migrations at `cachesvc serve` and before the admin commands that use the database directly (`token`, `purge`, `gc` without `--url`)."),
+    "ANONYMOUS_READ": (None, "bool", "Let requests without a token read (browse, resolve, download, stats). Writing always needs a token."),
     "METRICS_PUBLIC": (True, "bool", "Serve /metrics without a token; off: /metrics needs a token with read scope."),
     "HIT_FLUSH_SECONDS": (2.0, float, "Seconds between writes of the restore counters (restore_count, last_restored_at, hit events) that resolves tally in memory; 0 writes each hit in its request."),
     "TOKEN_CACHE_SECONDS": (5.0, float, "Seconds a serving process reuses a token lookup; a revoked token stops working within this; 0 looks it up on every request."),
-    "GC_GRACE_SECONDS": (None, float, "Seconds a purged version's blobs stay after the purge, so restores that already resolved it finish; default PRESIGN_EXPIRES + 3600."),
-    "FALLBACK_MAX_BYTES": (2 * 1024**3, int, "Most bytes a `shapes` fallback restore brings (the union of the most restored shapes of a key)."),
-    "LRU_BUDGET_BYTES": (0, int, "Stored bytes the scheduled eviction keeps: least recently restored versions are purged beyond it, then GC runs; 0: off."),
+    "GC_GRACE_SECONDS": (None, float, "Seconds a purged version's blobs stay after the purge, so restores that already resolved it finish."),
+    "FALLBACK_MAX_BYTES": (2 * 1024**3, "size", "Most bytes a `shapes` fallback restore brings (the union of the most restored shapes of a key)."),
+    "LRU_BUDGET_BYTES": (0, "size", "Stored bytes the scheduled eviction keeps: least recently restored versions are purged beyond it, then GC runs; 0: off."),
     "GC_INTERVAL_SECONDS": (0, float, "Seconds between scheduled runs of that eviction (LRU_BUDGET_BYTES) and GC inside the service; 0: no scheduled runs."),
-    "REMOTE_CACHE_MAX_BYTES": (64 * 1024**2, int, "Largest value Inductor's live remote cache may store (PUT /api/v1/remote-cache); larger ones get 413 and stay in the process's local cache."),
+    "REMOTE_CACHE_MAX_BYTES": (64 * 1024**2, "size", "Largest value Inductor's live remote cache may store (PUT /api/v1/remote-cache); larger ones get 413 and stay in the process's local cache."),
     "REMOTE_CACHE_MAX_IDLE_DAYS": (30.0, float, "GC evicts remote-cache items not read or written for this many days; 0 never evicts."),
+}
+
+#: how the docs show the defaults that are None in SETTINGS (worked out in ``load``)
+SHOWN_DEFAULTS: Dict[str, str] = {
+    "DATABASE_URL": "`sqlite:///<DATA_DIR>/cachesvc.db`",
+    "STORAGE_URL": "`file://<DATA_DIR>/blobs`",
+    "AUTO_MIGRATE": "on for SQLite, off otherwise",
+    "ANONYMOUS_READ": "on for SQLite, off otherwise",
+    "GC_GRACE_SECONDS": "`PRESIGN_EXPIRES` + 3600",
 }
 
 
 def _parse(kind: Any, raw: str) -> Any:
+    if kind == "size":  # bytes: 500000000000, 500G, 1.5T, 64MiB
+        from cachesvc_client.units import parse_size
+
+        return parse_size(raw)
     if kind == "bool":
         val = raw.strip().lower()
         if val in ("1", "true", "yes", "on"):

@@ -10,9 +10,10 @@ Two sources:
   another server, set ``PROMETHEUS_MULTIPROC_DIR`` to an empty folder
   yourself; without it each process reports only its own requests.
 * Cache totals (entries, versions, blobs, stored and logical bytes,
-  publishes, restores = hits, misses, GC runs) are read from the database at
-  scrape time, so they are exact whatever the number of workers and survive
-  restarts.
+  publishes, restores, misses, fallbacks, verdicts and hits, compile seconds
+  saved, GC runs) are read from the database at scrape time, so they are
+  exact whatever the number of workers and survive restarts; what each counts
+  is in ``cachesvc.stats``.
 """
 from __future__ import annotations
 
@@ -42,14 +43,22 @@ class _DatabaseCollector:
                                ("logical_bytes", "logical_bytes", "Bytes of all committed versions, before dedup")):
             yield GaugeMetricFamily(f"cachesvc_{name}", doc, value=t[key])
         for name, key, doc in (("publishes", "publishes", "Versions committed"),
-                               ("restores", "restores", "Resolves that found a version (cache hits)"),
-                               ("hits", "hits", "Cache hits"),
-                               ("misses", "misses", "Cache misses"),
-                               ("fallbacks", "fallbacks", "Versions delivered by fallback restores"),
-                               ("gc_runs", "gc_runs", "Garbage-collection runs"),
+                               ("restores", "restores", "Resolves that delivered a version (exact key or fallback)"),
+                               ("misses", "misses", "Resolves that delivered nothing"),
+                               ("fallbacks", "fallbacks", "Resolves a fallback answered (counted in restores too)"),
+                               ("hits", "hits", "Restores whose process reported cache hits (verdicts paid_off, "
+                                                "partial)"),
+                               ("gc_runs", "gc_runs", "Garbage-collection runs (every process, the CLI, the "
+                                                      "scheduler)"),
                                ("compile_seconds_saved", "compile_seconds_saved",
-                                "Cold compile seconds saved by hits")):
+                                "Cold compile seconds minus the restored first call, over exact-key hit verdicts "
+                                "that reported their first call")):
             yield CounterMetricFamily(f"cachesvc_{name}", doc, value=t[key])
+        verdicts = CounterMetricFamily("cachesvc_verdicts", "Verdicts restoring processes reported, by verdict",
+                                       labels=["verdict"])
+        for verdict, n in t["verdicts"].items():
+            verdicts.add_metric([verdict], n)
+        yield verdicts
 
 
 class Metrics:
@@ -66,7 +75,6 @@ class Metrics:
                                 "uploaded straight to storage (presigned) and committed", ["via"], registry=r)
         self.bytes_out = Counter("cachesvc_blob_bytes_out", "Blob bytes sent through the service, or handed "
                                  "out as presigned URLs in resolve answers", ["via"], registry=r)
-        self.gc_runs = Counter("cachesvc_gc_run", "GC runs in this service", registry=r)
         self.remote_cache = Counter("cachesvc_remote_cache_requests", "Inductor live remote-cache requests by "
                                     "cache and result (hit, miss, corrupt: the stored bytes are not the value PUT, "
                                     "put, too_large)", ["cache", "result"], registry=r)

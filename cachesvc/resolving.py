@@ -52,12 +52,14 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
     """
     entry, version = index.find_with_newest(session, key["name"], key["shape"], key["tags"], key["env"], kind)
     if version is None:
-        session.add(Event(kind="miss", entry_id=entry.id if entry else None))
+        miss = Event(kind="miss", entry_id=entry.id if entry else None)
+        session.add(miss)
         reason = ("no entry has this key" if entry is None else "the entry has no committed version"
                   + ("" if kind == "inductor-dir" else f" of kind {kind}"))
         found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes) \
             if kind == "inductor-dir" else None
         if found is not None:
+            miss.version_id = found["version"]["id"]  # the exact key missed, a fallback delivered (cachesvc.stats)
             return dict(found, reason=reason)
         return {"hit": False, "reason": reason, "nearest": explain.nearest(session, key)}
 

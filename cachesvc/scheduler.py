@@ -12,7 +12,8 @@ the database file, taken without waiting. The process that gets it
 2. runs ``collect.gc``, which deletes a purged version's blobs only after
    ``GC_GRACE_SECONDS``, so restores that resolved it before the purge finish;
 
-and writes ``purge``/``gc`` audit records with the actor ``scheduler``. The
+through the admin actions (``cachesvc.actions``, as an admin's purge does), which write the
+``purge``/``gc`` audit records, with the actor ``scheduler``. The
 others skip that round, so two processes never evict at once (and the store
 lock still serialises each step against publishes and admin purges).
 
@@ -33,7 +34,7 @@ from filelock import FileLock, Timeout
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from . import audit, collect
+from . import actions
 
 log = logging.getLogger(__name__)
 
@@ -81,25 +82,17 @@ class Scheduler:
 
     def run_once(self) -> Optional[dict]:
         """One round: evict to the budget, then GC. None when another process holds the runner lock."""
-        settings, db = self.svc.settings, self.svc.db
+        settings = self.svc.settings
         with self._runner_lock() as mine:
             if not mine:
                 return None
-            result: dict = {"purge": None}
             budget = int(settings["LRU_BUDGET_BYTES"] or 0)
-            if budget > 0:
-                with db.session() as s:
-                    purged = collect.purge(s, {"max_total_bytes": budget})
-                    if purged["version_count"]:
-                        audit.record(s, "purge", ACTOR, f"max_total_bytes={budget}", purged["bytes_freed"],
-                                     {"criteria": purged["criteria"],
-                                      "versions": [v["id"] for v in purged["versions"]]})
-                result["purge"] = {"version_count": purged["version_count"], "bytes_freed": purged["bytes_freed"],
-                                   "versions": [v["id"] for v in purged["versions"]]}
-            result["gc"] = collect.gc(db, self.svc.storage, settings)
-            with db.session() as s:
-                audit.record(s, "gc", ACTOR, "blobs", result["gc"]["bytes_freed"], result["gc"])
-            return result
+            if budget <= 0:
+                return {"purge": None, "gc": actions.gc(self.svc, actor=ACTOR)}
+            purged = actions.purge(self.svc, {"max_total_bytes": budget}, actor=ACTOR)
+            return {"purge": {"version_count": purged["version_count"], "bytes_freed": purged["bytes_freed"],
+                              "versions": [v["id"] for v in purged["versions"]]},
+                    "gc": purged["gc"]}
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -24,7 +24,7 @@ def _rule(check):
 
 def _printable(value):
     if not value.isprintable():  # the rule of keys.check_env; PostgreSQL also refuses NUL in text
-        raise ValidationError("contains control characters")
+        raise ValidationError("contains control characters or invalid unicode (a lone surrogate)")
 
 
 def _text(max_len, **kw):
@@ -145,6 +145,9 @@ class VerdictSchema(Schema):
     verdict = fields.String(required=True, validate=validate.OneOf(["paid_off", "partial", "no_hits"]))
     fallback = fields.String(load_default="", validate=validate.OneOf(("",) + FALLBACK_STEPS),
                              metadata={"description": "the fallback step of the restore; empty: the exact key"})
+    first_call_seconds = fields.Float(load_default=None, allow_none=True, validate=validate.Range(0, 10**7), metadata={
+        "description": "how long the restored process's first compiled call took; with a hit verdict the stats "
+                       "count the version's compile_seconds minus this as saved (without it: nothing saved)"})
 
 
 SORTS = ("newest", "largest", "most_restored", "last_restored")
@@ -184,9 +187,9 @@ class PurgeSchema(Schema):
     older_than = fields.Float(validate=validate.Range(0, 10**5), metadata={"description": "days since created"})
     keep_latest = fields.Integer(strict=True, validate=validate.Range(0, 10**6),
                                  metadata={"description": "keep this many newest versions of every key and kind"})
-    torch_version = fields.String(validate=validate.Length(min=1, max=200))
-    name = fields.String(validate=validate.Length(min=1, max=200))
-    device = fields.String(validate=validate.Length(min=1, max=200))
+    torch_version = _text(200)
+    name = _text(200)
+    device = _text(200)
     max_total_bytes = fields.Integer(strict=True, validate=validate.Range(0, 2**62), metadata={
         "description": "evict the least recently restored (matching) versions until the stored bytes of "
                        "the committed versions fit"})
@@ -200,7 +203,7 @@ class AuditArgs(Schema):
 
 
 class TokenCreateSchema(Schema):
-    name = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    name = _text(100, required=True)
     scope = fields.String(required=True, validate=validate.OneOf(["read", "write", "admin"]))
 
 

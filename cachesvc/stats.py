@@ -1,51 +1,83 @@
 """What the cache holds, costs and saves: totals and a daily series, from the index.
 
 Stored bytes over time come from ``stored`` and ``freed`` events (written when
-blob rows are added and when GC deletes them); hits from ``hit`` events; ``fallbacks`` counts ``fallback`` events
-(one per version a fallback restore delivered; the exact key's miss is
-counted too). Each
-hit counts its version's ``compile_seconds`` as saved (the publisher's cold
-compile time, recorded in the event so it survives a purge).
+blob rows are added and when GC deletes them). What the numbers mean, and the
+events they are counted from:
+
+``restores``
+    resolves that delivered a version: ``hit`` events (the exact key's newest
+    version, ``cachesvc.hits``) plus ``fallbacks``.
+``fallbacks``
+    resolves whose exact key had no version and that a fallback answered: ``miss``
+    events that name the version the fallback delivered first.
+``misses``
+    resolves that delivered nothing: ``miss`` events without a version.
+``verdicts``, ``hits``
+    what restoring processes reported after they compiled (``client.verify()``,
+    ``POST /api/v1/verdicts``): one ``paid_off``, ``partial`` or ``no_hits`` event per
+    verdict; ``hits`` counts those whose process saw cache hits (paid_off, partial).
+    A restore whose process never reports is a restore, not a hit.
+``compile_seconds_saved``
+    per exact-key hit verdict that carries ``first_call_seconds``: the version's cold compile
+    (``compile_seconds``, measured by the publisher) minus that restored first call,
+    never below 0 (the verdict's ``seconds``). A verdict without it counts nothing.
 """
 from __future__ import annotations
 
 import datetime as dt
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-from sqlalchemy import distinct, func, select
+from sqlalchemy import case, distinct, func, select
 from sqlalchemy.orm import Session
 
 from .models import AuditRecord, Blob, Event, Version, utcnow
 
+VERDICTS = ("paid_off", "partial", "no_hits")
+HIT_VERDICTS = ("paid_off", "partial")
 
-def totals(session: Session) -> Dict[str, float]:
-    """Counts and byte totals over the whole index."""
+#: the kind of an event as the stats count it: a miss that a fallback answered is a fallback restore
+_COUNTED_KIND = case(((Event.kind == "miss") & Event.version_id.isnot(None), "fallback_restore"),
+                     else_=Event.kind).label("counted")
+
+
+def _ratio(part: int, whole: int) -> Optional[float]:
+    return round(part / whole, 3) if whole else None
+
+
+def totals(session: Session) -> Dict[str, object]:
+    """Counts and byte totals over the whole index (what each means: the module docstring)."""
     committed = Version.state == "committed"
     entries, versions, logical = session.execute(
         select(func.count(distinct(Version.entry_id)), func.count(Version.id),
                func.coalesce(func.sum(Version.total_bytes), 0)).where(committed)).one()
     blobs, stored = session.execute(select(func.count(), func.coalesce(func.sum(Blob.stored_size), 0))
                                     .select_from(Blob)).one()
-    by_kind = {k: (n, sec) for k, n, sec in session.execute(
-        select(Event.kind, func.count(), func.coalesce(func.sum(Event.seconds), 0.0)).group_by(Event.kind))}
+    by_kind = {k: (n, float(sec)) for k, n, sec in session.execute(
+        select(_COUNTED_KIND, func.count(), func.coalesce(func.sum(Event.seconds), 0.0)).group_by(_COUNTED_KIND))}
+    count = {k: n for k, (n, _) in by_kind.items()}
     logical, stored = int(logical), int(stored)  # PostgreSQL sums are Decimal
     gc_runs = session.scalar(select(func.count()).select_from(AuditRecord).where(AuditRecord.action == "gc"))
-    hits, misses = by_kind.get("hit", (0, 0))[0], by_kind.get("miss", (0, 0))[0]
+    fallbacks, misses = count.get("fallback_restore", 0), count.get("miss", 0)
+    restores = count.get("hit", 0) + fallbacks
+    verdicts = {v: count.get(v, 0) for v in VERDICTS}
+    hits = sum(verdicts[v] for v in HIT_VERDICTS)
     return {
         "entries": entries, "versions": versions, "blobs": blobs,
         "logical_bytes": logical, "stored_bytes": stored,
         "dedup_ratio": round(logical / stored, 3) if stored else None,
-        "publishes": by_kind.get("publish", (0, 0))[0],
-        "restores": hits, "hits": hits, "misses": misses,
-        "fallbacks": by_kind.get("fallback", (0, 0))[0],  # versions restored as a fallback (cachesvc.fallback)
-        "hit_rate": round(hits / (hits + misses), 3) if hits + misses else None,
-        "compile_seconds_saved": round(float(by_kind.get("hit", (0, 0.0))[1]), 3),
+        "publishes": count.get("publish", 0),
+        "restores": restores, "misses": misses, "fallbacks": fallbacks,
+        "restore_rate": _ratio(restores, restores + misses),
+        "verdicts": verdicts, "hits": hits,
+        "hit_rate": _ratio(hits, sum(verdicts.values())),
+        "compile_seconds_saved": round(sum(by_kind.get(v, (0, 0.0))[1] for v in HIT_VERDICTS), 3),
         "gc_runs": gc_runs,
     }
 
 
 def daily(session: Session, days: int = 30, today: dt.date | None = None) -> List[dict]:
-    """One row per day for the last ``days`` days: stored bytes at the day's end, hits, misses, publishes."""
+    """One row per day for the last ``days`` days: stored bytes at the day's end, restores, misses,
+    hits (verdicts) and publishes."""
     today = today or utcnow().date()
     first = today - dt.timedelta(days=days - 1)
     start = dt.datetime.combine(first, dt.time())
@@ -54,15 +86,17 @@ def daily(session: Session, days: int = 30, today: dt.date | None = None) -> Lis
                                   .group_by(Event.kind)).all())
     day = func.date(Event.at)
     per_day: Dict[str, Dict[str, tuple]] = {}
-    for d, kind, n, nbytes in session.execute(select(day, Event.kind, func.count(), func.coalesce(func.sum(Event.bytes), 0))
-                                              .where(Event.at >= start).group_by(day, Event.kind)):
+    for d, kind, n, nbytes in session.execute(
+            select(day, _COUNTED_KIND, func.count(), func.coalesce(func.sum(Event.bytes), 0))
+            .where(Event.at >= start).group_by(day, _COUNTED_KIND)):
         per_day.setdefault(str(d), {})[kind] = (n, int(nbytes))
     stored = int(before.get("stored", 0)) - int(before.get("freed", 0))
     rows = []
     for i in range(days):
         d = (first + dt.timedelta(days=i)).isoformat()
         k = per_day.get(d, {})
+        n = {kind: k.get(kind, (0, 0))[0] for kind in ("hit", "fallback_restore", "miss", "publish", *HIT_VERDICTS)}
         stored += k.get("stored", (0, 0))[1] - k.get("freed", (0, 0))[1]
-        rows.append({"date": d, "stored_bytes": stored, "hits": k.get("hit", (0, 0))[0],
-                     "misses": k.get("miss", (0, 0))[0], "publishes": k.get("publish", (0, 0))[0]})
+        rows.append({"date": d, "stored_bytes": stored, "restores": n["hit"] + n["fallback_restore"],
+                     "misses": n["miss"], "hits": sum(n[v] for v in HIT_VERDICTS), "publishes": n["publish"]})
     return rows

@@ -19,23 +19,35 @@ service keeps no such record, and a token that may read may resolve first.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from .errors import NotFound
-from .models import MAX_ID, Version, utcnow
+from .models import MAX_ID, Event, Version, utcnow
+
+
+def _saved(versions: List[Version], verdict: str, first_call_seconds: Optional[float]) -> Optional[float]:
+    cold = [v.compile_seconds for v in versions if v.compile_seconds is not None]
+    if verdict == "no_hits" or first_call_seconds is None or not cold:
+        return None
+    return max(0.0, max(cold) - first_call_seconds)
 
 
 def is_problem(v: Version) -> bool:
     return v.last_verdict == "no_hits"
 
 
-def record(session: Session, version_ids: List[int], verdict: str, fallback: str, *, trusted: bool) -> List[dict]:
-    """Count ``verdict`` on each version; it sets ``last_verdict`` (and may mark a problem) only when
-    ``trusted`` (sent with a token) and not a fallback's. NotFound (nothing recorded) when a version does
-    not exist."""
+def record(session: Session, version_ids: List[int], verdict: str, fallback: str,
+           first_call_seconds: Optional[float] = None, *, trusted: bool) -> List[dict]:
+    """Count ``verdict`` on each version, and the verdict once in the stats (an event of its kind,
+    ``cachesvc.stats``). It sets ``last_verdict`` (and may mark a problem) only when ``trusted`` (sent
+    with a token) and not a fallback's. An exact-key verdict that saw hits and says how long the restored
+    process's first call took records the compile seconds it saved: the version's cold compile
+    minus that first call, never below 0 (a fallback delivered another key's versions, whose cold
+    compile says nothing of this one's: it saves nothing countable). NotFound (nothing recorded)
+    when a version does not exist."""
     ids = sorted(set(version_ids))
     known = set(session.scalars(select(Version.id).where(Version.id.in_([i for i in ids if 0 <= i <= MAX_ID]))))
     if set(ids) - known:
@@ -46,5 +58,7 @@ def record(session: Session, version_ids: List[int], verdict: str, fallback: str
                       no_hit_count=Version.no_hit_count + (1 if verdict == "no_hits" else 0))
     session.execute(update(Version).where(Version.id.in_(ids)).values(**values))
     rows = session.scalars(select(Version).where(Version.id.in_(ids)).order_by(Version.id)).all()
+    session.add(Event(kind=verdict, entry_id=rows[0].entry_id, version_id=rows[0].id,
+                      seconds=None if fallback else _saved(rows, verdict, first_call_seconds)))
     return [{"id": v.id, "verify_count": v.verify_count, "no_hit_count": v.no_hit_count,
              "last_verdict": v.last_verdict, "problem": is_problem(v)} for v in rows]

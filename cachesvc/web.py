@@ -83,4 +83,4 @@ def stats_page():
         raise InvalidRequest("days must be a number") from None
     with services().db.session() as s:
         totals, rows = stats.totals(s), stats.daily(s, days)
-    return render_template("stats.html", t=totals, rows=rows, days=days, chart=charts.stored_and_hits(rows))
+    return render_template("stats.html", t=totals, rows=rows, days=days, chart=charts.stored_and_restores(rows))

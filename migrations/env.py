@@ -1,7 +1,9 @@
+"""Alembic's entry point. Online runs open the database with ``cachesvc.db.make_engine(create=True)``:
+the same engine settings as the service (SQLite pragmas, PostgreSQL pings), and the one place an
+SQLite file and its folder are made."""
 from alembic import context
-from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
 
+from cachesvc.db import make_engine
 from cachesvc.models import Base
 
 config = context.config
@@ -16,7 +18,7 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=NullPool)
+    engine = make_engine(config.get_main_option("sqlalchemy.url"), create=True)
     try:
         with engine.connect() as connection:
             context.configure(connection=connection, target_metadata=target_metadata,

@@ -2,6 +2,7 @@
 tests/deploy/test_image_and_compose.py)."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from collections import Counter
@@ -12,10 +13,40 @@ from cachesvc import config
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_settings_page_documents_every_setting_and_no_other():
-    table = (ROOT / "docs" / "settings.md").read_text()
-    documented = set(re.findall(r"^\| `CACHESVC_([A-Z0-9_]+)`", table, re.M))
-    assert documented == set(config.SETTINGS)
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_settings_page_is_what_the_script_generates_from_config():
+    settings_doc = _script("settings_doc")
+    current = settings_doc.PAGE.read_text()
+    assert settings_doc.page(current) == current, "docs/settings.md is stale: run python scripts/settings_doc.py"
+    generated = settings_doc.table()
+    assert set(re.findall(r"^\| `CACHESVC_([A-Z0-9_]+)`", generated, re.M)) == set(config.SETTINGS)
+    assert "`sqlite:///<DATA_DIR>/cachesvc.db`" in generated and "Takes a size" in generated
+    stale = current.replace(generated, generated.replace("`3600`", "`7200`"))
+    assert settings_doc.page(stale) == current, "the script rewrites a hand-edited table"
+
+
+def test_client_settings_table_names_every_variable_the_client_reads():
+    """Hand-kept (the client's variables are read where they are used), so checked against the source:
+    every CACHESVC_* name in client/ (CACHESVC_ENV_<field> as one row) and TORCHINDUCTOR_CACHE_DIR."""
+    from cachesvc_client.keys import ENV_FIELDS
+
+    page = (ROOT / "docs" / "settings.md").read_text()
+    client_part = page[page.index("## Client side"):]
+    documented = set(re.findall(r"^\| `([A-Z0-9_<>]+)`", client_part, re.M))
+    read = set()
+    for path in (ROOT / "client").rglob("*.py"):
+        for name in re.findall(r"\b(CACHESVC_[A-Z0-9_]*[A-Z0-9]_?)", path.read_text()):
+            env_field = name.startswith("CACHESVC_ENV_") and (
+                name == "CACHESVC_ENV_" or name[len("CACHESVC_ENV_"):].lower() in ENV_FIELDS)
+            read.add("CACHESVC_ENV_<FIELD>" if env_field else name)
+    read.add("TORCHINDUCTOR_CACHE_DIR")
+    assert documented == read, f"missing: {sorted(read - documented)}, not read: {sorted(documented - read)}"
 
 
 def test_client_install_needs_none_of_the_server_dependencies():

@@ -1,24 +1,18 @@
-"""Admin: purge, garbage collection, the audit log and tokens. Everything here needs `admin`."""
+"""Admin: purge, garbage collection, the audit log and tokens. Everything here needs `admin`.
+
+Each view validates its arguments and calls one admin action (``cachesvc.actions``), the same
+code the `cachesvc` commands and the scheduler run.
+"""
 from __future__ import annotations
 
 from flask_smorest import Blueprint
 
-from .. import audit, auth, collect, metrics
+from .. import actions, audit
 from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
 from . import services
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1/admin", description="Purge, GC, audit log, tokens")
-
-
-def run_gc(actor: str) -> dict:
-    """Run GC and write its audit record (own transaction: GC commits in batches)."""
-    svc = services()
-    result = collect.gc(svc.db, svc.storage, svc.settings)
-    with svc.db.session() as s:
-        audit.record(s, "gc", actor, "blobs", result["bytes_freed"], result)
-    metrics.current().gc_runs.inc()
-    return result
 
 
 @blp.route("/purge", methods=["POST"])
@@ -35,17 +29,7 @@ def purge(body):
     `CACHESVC_GC_GRACE_SECONDS` have passed, so restores already under way finish.
     """
     dry_run = body.pop("dry_run")
-    actor = audit.request_actor()
-    svc = services()
-    with svc.db.session() as s:
-        result = collect.purge(s, body, dry_run=dry_run)
-        if not dry_run:
-            audit.record(s, "purge", actor, ", ".join(f"{k}={v}" for k, v in result["criteria"].items()),
-                         result["bytes_freed"], {"criteria": result["criteria"],
-                                                 "versions": [v["id"] for v in result["versions"]],
-                                                 "entries": [e["name"] for e in result["entries"]]})
-    result["gc"] = None if dry_run else run_gc(actor)
-    return result
+    return actions.purge(services(), body, actor=audit.request_actor(), dry_run=dry_run)
 
 
 @blp.route("/gc", methods=["POST"])
@@ -54,7 +38,7 @@ def purge(body):
 def gc():
     """Delete blobs no protecting version names (committed; pending within its lease; purged within the
     grace), the rows of expired pending and long-purged versions, and orphan objects in storage."""
-    return run_gc(audit.request_actor())
+    return actions.gc(services(), actor=audit.request_actor())
 
 
 @blp.route("/audit", methods=["GET"])
@@ -72,12 +56,7 @@ def audit_log(args):
 @blp.response(200)
 def list_tokens():
     """Every token (never the token itself): name, scope, created, revoked."""
-    from sqlalchemy import select
-
-    from ..models import Token
-
-    with services().db.session() as s:
-        return {"tokens": [auth.token_summary(t) for t in s.scalars(select(Token).order_by(Token.id))]}
+    return actions.list_tokens(services())
 
 
 @blp.route("/tokens", methods=["POST"])
@@ -86,22 +65,12 @@ def list_tokens():
 @blp.response(201)
 def create_token(body):
     """Create a token; the answer's `token` is the only time it is shown."""
-    actor = audit.request_actor()
-    with services().db.session() as s:
-        row, token = auth.create_token(s, body["name"], body["scope"])
-        audit.record(s, "token.create", actor, f"token {row.name}", 0, {"id": row.id, "scope": row.scope})
-        return dict(auth.token_summary(row), token=token)
+    return actions.create_token(services(), body["name"], body["scope"], actor=audit.request_actor())
 
 
 @blp.route("/tokens/<ident>", methods=["DELETE"])
 @requires("admin")
 @blp.response(200)
 def revoke_token(ident):
-    """Revoke the active token(s) with this id or name."""
-    actor = audit.request_actor()
-    with services().db.session() as s:
-        rows = auth.revoke_token(s, ident)
-        for row in rows:
-            audit.record(s, "token.revoke", actor, f"token {row.name}", 0, {"id": row.id, "scope": row.scope})
-    services().tokens.clear()  # this process stops honouring it now; others within TOKEN_CACHE_SECONDS
-    return {"revoked": [auth.token_summary(r) for r in rows]}
+    """Revoke the active token(s) with this id or name (404 when none is active)."""
+    return actions.revoke_token(services(), ident, actor=audit.request_actor())

@@ -16,8 +16,11 @@ blp = Blueprint("stats", __name__, url_prefix="/api/v1/stats", description="Cach
 @blp.arguments(StatsArgs, location="query")
 @blp.response(200)
 def get_stats(args):
-    """Entries, versions, blobs; logical against stored bytes (`dedup_ratio`); publishes, restores, hits,
-    misses, `fallbacks` (versions delivered by fallback restores); compile seconds saved (each hit counts its version's `compile_seconds`); and a daily series
-    of stored bytes, hits, misses and publishes."""
+    """Entries, versions, blobs; logical against stored bytes (`dedup_ratio`); publishes; `restores`
+    (resolves that delivered a version), `fallbacks` (of those, answered by a fallback), `misses`
+    (delivered nothing), `restore_rate`; `verdicts` by kind, `hits` (verdicts that saw cache hits),
+    `hit_rate` (of the verdicts); `compile_seconds_saved` (cold compile minus the restored first
+    call, from exact-key hit verdicts that sent `first_call_seconds`); and a daily series of
+    stored bytes, restores, misses, hits and publishes."""
     with services().db.session() as s:
         return dict(stats.totals(s), daily=stats.daily(s, args["days"]))

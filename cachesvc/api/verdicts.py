@@ -22,10 +22,13 @@ def post(body):
     `read` scope: the processes that restore hold read tokens. A `no_hits` verdict of an exact-key
     restore (no `fallback`) sent with a token marks the version as a problem (entries API `problem`, the
     pages); an anonymous verdict (`CACHESVC_ANONYMOUS_READ`) only counts in `verify_count`
-    (`counted_toward_problem` false in the answer). Returns each version's counters; 404 when a version
-    does not exist (nothing is recorded).
+    (`counted_toward_problem` false in the answer). `first_call_seconds` (the restored process's first
+    compiled call) lets a hit verdict count the compile seconds it saved in the stats: the version's
+    `compile_seconds` minus it. Returns each version's counters; 404 when a version does not exist
+    (nothing is recorded).
     """
     trusted = auth.current().token_id is not None
     with services().db.session() as s:
-        rows = verdicts.record(s, body["versions"], body["verdict"], body["fallback"], trusted=trusted)
+        rows = verdicts.record(s, body["versions"], body["verdict"], body["fallback"], body["first_call_seconds"],
+                               trusted=trusted)
     return {"versions": rows, "counted_toward_problem": trusted and not body["fallback"]}

@@ -156,23 +156,35 @@ def test_entry_detail_lists_files_with_hashes_and_shared_blobs(client):
                                        "blobs": 1, "stored_bytes": 600}]
 
 
-def test_stats_count_dedup_hits_misses_and_compile_seconds_saved(client):
+def test_stats_count_dedup_restores_misses_verdicts_and_compile_seconds_saved(client):
     k = key()
     body = publish_body({"a": b"x" * 1000, "b": b"x" * 1000}, k, compile_seconds=12.5)
     answer = client.post("/api/v1/versions", json=body).json
     client.put(answer["upload"][0]["targets"]["identity"]["url"], data=b"x" * 1000)
-    assert client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={}).status_code == 200
+    vid = answer["version"]["id"]
+    assert client.post(f"/api/v1/versions/{vid}/commit", json={}).status_code == 200
     for _ in range(3):
         assert client.get("/api/v1/resolve", query_string=resolve_params(k)).json["hit"]
     client.get("/api/v1/resolve", query_string=resolve_params(key(name="unknown")))
     s = client.get("/api/v1/stats", query_string={"days": 3}).json
     assert (s["entries"], s["versions"], s["blobs"], s["publishes"]) == (1, 1, 1, 1)
     assert (s["logical_bytes"], s["stored_bytes"], s["dedup_ratio"]) == (2000, 1000, 2.0)
-    assert (s["hits"], s["restores"], s["misses"], s["hit_rate"]) == (3, 3, 1, 0.75)
-    assert s["compile_seconds_saved"] == 37.5
+    assert (s["restores"], s["misses"], s["restore_rate"]) == (3, 1, 0.75)
+    assert (s["hits"], s["hit_rate"], s["compile_seconds_saved"]) == (0, None, 0.0), "no process said it hit"
+    # what the restored processes saw: a first call of 2.5 s against a 12.5 s cold compile saved 10 s;
+    # a hit without its first call and a process that compiled anyway save nothing countable
+    for verdict, first_call in (("paid_off", 2.5), ("partial", None), ("no_hits", 12.4)):
+        sent = {"versions": [vid], "verdict": verdict, "fallback": ""}
+        if first_call is not None:
+            sent["first_call_seconds"] = first_call
+        assert client.post("/api/v1/verdicts", json=sent).status_code == 200
+    s = client.get("/api/v1/stats", query_string={"days": 3}).json
+    assert s["verdicts"] == {"paid_off": 1, "partial": 1, "no_hits": 1}
+    assert (s["hits"], s["hit_rate"], s["compile_seconds_saved"]) == (2, 0.667, 10.0)
     assert len(s["daily"]) == 3
     today = s["daily"][-1]
-    assert (today["hits"], today["misses"], today["publishes"], today["stored_bytes"]) == (3, 1, 1, 1000)
+    assert (today["restores"], today["misses"], today["hits"], today["publishes"], today["stored_bytes"]) == (
+        3, 1, 2, 1, 1000)
 
 
 # ------------------------------------------------------------------------ HTML pages
@@ -199,12 +211,12 @@ def test_entry_page_shows_versions_and_files(client):
     assert client.get("/entries/99999").status_code == 404
 
 
-def test_stats_page_draws_stored_bytes_and_hits_as_svg(client):
+def test_stats_page_draws_stored_bytes_and_restores_as_svg(client):
     k = key()
     publish(client, {"a": b"z" * 5000}, k)
     client.get("/api/v1/resolve", query_string=resolve_params(k))
     html = client.get("/stats", query_string={"days": 7}).get_data(as_text=True)
     assert "<script" not in html
     svg = html[html.index("<svg"):html.index("</svg>")]
-    assert svg.count('class="hits"') == 7 and 'class="stored"' in svg
-    assert "1 hits" in svg and "5.0 kB" in html
+    assert svg.count('class="restores"') == 7 and 'class="stored"' in svg
+    assert "1 restores" in svg and "5.0 kB" in html

@@ -74,7 +74,8 @@ def test_fallback_shape_restores_the_newest_other_shape_and_is_labelled(client, 
     assert [f["path"] for f in answer["files"]] == ["new"]
     assert answer["version"]["id"] == newest["version"]["id"] and answer["reason"] == "no entry has this key"
     with app.extensions["cachesvc"].db.session() as s:
-        assert s.scalars(select(Event.kind).where(Event.kind.in_(("fallback", "miss")))).all() == ["miss", "fallback"]
+        assert s.scalars(select(Event.kind).where(Event.kind.in_(("fallback", "miss"))).order_by(Event.id)).all() == [
+            "miss", "fallback"]
     stats = client.get("/api/v1/stats").json
     assert stats["fallbacks"] == 1
     assert "cachesvc_fallbacks_total 1.0" in client.get("/metrics").get_data(as_text=True)

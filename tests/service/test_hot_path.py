@@ -80,14 +80,15 @@ def test_counters_are_flushed_at_close_and_never_move_last_restored_back(app, cl
     assert newer.flush() == 0
 
 
-def test_a_failed_flush_keeps_its_hits_for_the_next(app, client):
+def test_a_failed_flush_keeps_its_hits_for_the_next(app, client, tmp_path):
     publish(client, {"a": b"1"})
     svc = app.extensions["cachesvc"]
     entry, version, _ = _counts(app)
     hits = HitLog(svc.db, 3600)
     hits.record(entry.id, version.id, 1, None)
     hits.record(entry.id, version.id, 1, None)
-    hits._db = type(svc.db)("sqlite:////nonexistent-dir/x/y.db")  # a database that cannot be opened
+    (tmp_path / "empty.db").touch()
+    hits._db = type(svc.db)(f"sqlite:///{tmp_path / 'empty.db'}")  # a database without the tables
     with pytest.raises(Exception):
         hits.flush()
     assert hits.pending() == 2

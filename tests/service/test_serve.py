@@ -3,6 +3,7 @@ service makes its own write token."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import requests
 
@@ -48,3 +49,38 @@ def test_two_workers_report_summed_metrics_and_the_demo_token_publishes(tmp_path
     assert sample(text, "cachesvc_http_request_seconds_count", endpoint="health.healthz") == before + 40
     assert "cachesvc_entries 0.0" in text  # the version is pending: nothing committed yet
     assert sample(text, "cachesvc_misses_total") == 0
+
+
+def run_folder(tmpdir: Path, svc: ServiceProcess) -> Path:
+    """The serve's own folder, named after its pid (the gunicorn master's)."""
+    [folder] = tmpdir.glob(f"cachesvc-serve-{svc.proc.pid}-*")
+    assert f"run folder={folder}" in svc.log_path.read_text()
+    return folder
+
+
+def test_two_services_on_one_host_keep_their_own_metrics_and_control_socket(tmp_path):
+    """Same user, HOME, TMPDIR and data dir (two instances of one service): starting or stopping one must not
+    touch the other's files (it deleted the other's Prometheus folder, and /metrics answered 500 for good,
+    and the control socket they shared)."""
+    shared = {"HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path / "tmp")}
+    for d in shared.values():
+        Path(d).mkdir()
+    first = ServiceProcess(tmp_path / "data", env=shared, workers=2, write_token=False).start()
+    try:
+        with ServiceProcess(tmp_path / "data", env=shared, workers=2, write_token=False) as second:
+            for svc in (first, second):
+                assert requests.get(svc.url + "/metrics", timeout=10).status_code == 200
+            folders = [run_folder(tmp_path / "tmp", svc) for svc in (first, second)]
+            assert folders[0] != folders[1] and all(f.parent == tmp_path / "tmp" for f in folders)
+            assert all((f / "metrics").is_dir() for f in folders)
+            if (folders[0] / "gunicorn.ctl").exists():  # gunicorn >= 25.1 has a control socket: one each
+                assert (folders[1] / "gunicorn.ctl").exists()
+        assert not folders[1].exists(), "a stopped service removes its own run folder"
+        assert folders[0].is_dir() and (folders[0] / "metrics").is_dir()
+        for _ in range(3):  # the workers of the first still count, and /metrics still adds them up
+            metrics = requests.get(first.url + "/metrics", timeout=10)
+            assert metrics.status_code == 200 and "cachesvc_http_requests_total" in metrics.text
+        assert not (tmp_path / "home" / ".gunicorn").exists(), "no control socket shared through HOME"
+    finally:
+        first.stop()
+    assert not folders[0].exists()

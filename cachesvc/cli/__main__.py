@@ -1,0 +1,4 @@
+"""`python -m cachesvc.cli` is `cachesvc`."""
+from . import main
+
+main()

@@ -67,7 +67,7 @@ BAD_VALUES = [
     (("purge", "--keep-latest", "1.5"), "--keep-latest"),
     (("purge",), "--not-restored-for, --older-than, --keep-latest"),
     (("purge", "--max-total-bytes", "5X"), "--max-total-bytes"),
-    (("purge", "--max-total-bytes", "1E"), "--max-total-bytes"),
+    (("purge", "--max-total-bytes", "1e5"), "--max-total-bytes"),
     (("purge", "--name", SURROGATE), "--name"),
     (("purge", "--torch-version", ""), "--torch-version"),
     (("serve", "--port", "99999"), "--port"),

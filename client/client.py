@@ -165,21 +165,27 @@ class CacheClient:
         if hint:
             report.warnings.append(hint)
 
-    def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True) -> Verdict:
+    def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True,
+               first_call_seconds: Optional[float] = None) -> Verdict:
         """After the process compiled: did the restore (default: this client's last, else the last one into
         the cache dir, as an init container's) pay off?
 
         Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verify``),
         logs the verdict and, with ``send``, reports ``paid_off``/``partial``/``no_hits`` to the
-        service, which marks versions whose restores get no hits as problems. Never raises on
-        service trouble: the verdict comes back with ``reported=False``.
+        service, which marks versions whose restores get no hits as problems. ``first_call_seconds``
+        (default: the compile time torch recorded in this process, i.e. what the restored compile
+        still cost) goes with it, so the service counts the compile seconds the restore saved
+        against the publisher's cold compile. Never raises on service trouble: the verdict comes back
+        with ``reported=False``.
         """
         verdict = judge(report or self.last_restore or stamped_report(self.cache_dir), self.cache_dir)
         (log.warning if verdict.verdict == "no_hits" else log.info)("%s", verdict.summary())
         if send and verdict.verdict in REPORTED:
             try:
+                spent = first_call_seconds if first_call_seconds is not None else torch_compile_seconds()
                 self.api.verdict({"versions": verdict.versions, "verdict": verdict.verdict,
-                                  "fallback": verdict.fallback})
+                                  "fallback": verdict.fallback,
+                                  **({"first_call_seconds": spent} if spent is not None else {})})
                 verdict.reported = True
             except CacheClientError as exc:
                 log.warning("cachesvc verify: could not report the verdict: %s", exc.message)

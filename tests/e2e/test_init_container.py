@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List
 
 import pytest
+import requests
 
 from demo.containers import REPO, Container
 from demo.models import signature
@@ -141,6 +142,10 @@ def test_an_init_container_without_torch_restores_with_the_apps_env_file_and_the
         assert counters.get("fxgraph_cache_hit", 0) >= 1 and counters.get("fxgraph_cache_miss", 0) == 0, counters
         assert counters.get("autograd_cache_hit", 0) >= 1 and counters.get("autograd_cache_miss", 0) == 0, counters
         assert warm["verify"]["verdict"] == "paid_off" and warm["verify"]["reported"], warm["verify"]
+        stats = requests.get(f"{svc.url}/api/v1/stats", timeout=10,
+                             headers={"Authorization": f"Bearer {svc.token}"}).json()
+        # the verdict carried what the restored compile still cost: saved = the publisher's cold compile minus it
+        assert stats["hits"] == 1 and 0 < stats["compile_seconds_saved"] < cold["first_call_s"], stats
 
         status = run(["cachesvc-client", "status", "--json"], env)
         s = json.loads(status.stdout)

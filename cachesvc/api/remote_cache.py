@@ -6,6 +6,8 @@ a PUT, and of a GET's answer, is the value's bytes.
 """
 from __future__ import annotations
 
+import hashlib
+
 from flask import Response, request
 from flask_smorest import Blueprint
 
@@ -52,7 +54,9 @@ def get(args, cache, key):
         raise NotFound(f"remote cache {cache} has no value for key {key} in this environment")
     _count(cache, "hit")
     metrics.current().bytes_out.labels("service").inc(len(value))
-    return Response(value, mimetype="application/octet-stream")
+    # The client checks the body against this before it hands it to Inductor (cachesvc_client.remote_backend).
+    return Response(value, mimetype="application/octet-stream",
+                    headers={"X-Cachesvc-Sha256": hashlib.sha256(value).hexdigest()})
 
 
 @blp.route("/<cache>/<key>", methods=["PUT"])

@@ -79,13 +79,13 @@ class Deadline:
     def check(self, what: str) -> None:
         """Raise ServiceUnavailable ("<what>: <this deadline> ran out") once the moment has passed."""
         if self.fired or self.expired():
-            raise ServiceUnavailable(f"{what}: {self.what} ran out")
+            raise ServiceUnavailable(f"{what}: {self.what} ran out", code="deadline")
 
     @contextlib.contextmanager
     def guard(self) -> Iterator["Deadline"]:
         """Cut the calling thread's requests in this block off at the deadline. Raises ServiceUnavailable
         at once when it has passed already."""
-        self.check("not started")
+        self.check("not started")  # a request begun after the deadline would be cut at once
         active = getattr(_LOCAL, "active", None)
         if active is None:
             active = _LOCAL.active = []

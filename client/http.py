@@ -111,20 +111,22 @@ class ServiceAPI:
         at = deadline or started + self.timeout
         headers = {**kw.pop("headers", {}), **self.auth_headers(url)}
         delay, connecting_since = 0.1, None
-        with Deadline(at, f"no whole answer within {max(0.0, at - started):.1f} s") as limit:
+        late = f"{method} {where(url)}: no whole answer"
+        with Deadline(at, f"the call's {max(0.0, at - started):.1f} s deadline") as limit:
             while True:
                 attempt = time.monotonic()
-                limit.check(f"{method} {where(url)}")
+                limit.check(late)
                 connect_left = self.connect_timeout - (attempt - (connecting_since or attempt))
                 try:
                     with limit.guard():
                         answer = self._send(method, url, headers, (max(0.05, min(connect_left, limit.left())),
                                                                    max(0.05, limit.left())), kw)
+                    limit.check(late)  # cut off: what arrived may look whole (headers ended by the cut)
                     if answer.status_code not in (502, 503, 504):
                         return self._parsed(answer, check)
                     problem = _problem(answer)
                 except requests.RequestException as exc:
-                    limit.check(f"{method} {where(url)}")
+                    limit.check(late)
                     problem = describe_failure(exc)
                     if _connect_failed(exc):
                         connecting_since = connecting_since or attempt

@@ -88,32 +88,34 @@ class HTTPBackend:
         if self._quiet():
             return None
         try:
-            with self._bounded():
+            with self._bounded() as deadline:
                 resp = self.session.get(self.base + self.wire_key(key), params=self.params, timeout=self.timeout,
                                         stream=True)
                 try:
-                    if resp.status_code == 200 and resp.headers.get("Content-Type", "").startswith(
-                            "application/octet-stream"):
-                        return self._checked(resp)
-                    if resp.status_code == 404:
-                        self.stats.misses += 1
-                        return None
-                    return self._failed("get", _problem(resp))
+                    value = resp.status_code == 200 and resp.headers.get("Content-Type", "").startswith(
+                        "application/octet-stream")
+                    body = _read(resp, self.max_bytes) if value else None
+                    problem = None if value or resp.status_code == 404 else _problem(resp)
                 finally:
                     resp.close()
+                deadline.check("get")  # cut off: what arrived may look whole
         except (requests.RequestException, CacheClientError) as exc:
             return self._failed("get", getattr(exc, "message", None) or describe_failure(exc))
+        if problem is not None:
+            return self._failed("get", problem)
+        if not value:
+            self.stats.misses += 1
+            return None
+        return self._checked(resp.headers.get(SHA256_HEADER, ""), body)
 
-    def _checked(self, resp: requests.Response) -> Optional[bytes]:
-        """The body of a 200, read up to ``max_bytes``, if it hashes to the service's sha256 (else None)."""
-        expected = resp.headers.get(SHA256_HEADER, "")
+    def _checked(self, expected: str, body: Optional[bytes]) -> Optional[bytes]:
+        """``body`` (None: over ``max_bytes``) if it hashes to ``expected``, the service's sha256 (else None)."""
         try:
             keys.check_digest(expected)
         except keys.InvalidKey:
             return self._rejected("no-sha256", "the service sent a value without a valid %s header (an older "
                                   "service?); remote values are used only when their hash comes with them",
                                   SHA256_HEADER)
-        body = _read(resp, self.max_bytes)
         if body is None:
             return self._rejected("too-large", "a value is over the client's %d-byte limit", self.max_bytes)
         got = hashlib.sha256(body).hexdigest()
@@ -156,14 +158,14 @@ class HTTPBackend:
             self._failed("put", _problem(resp))
 
     @contextlib.contextmanager
-    def _bounded(self) -> Iterator[None]:
+    def _bounded(self) -> Iterator[Deadline]:
         """The request inside takes at most ``timeout`` seconds in all, however the service answers."""
-        with Deadline(time.monotonic() + self.total, f"the remote cache's {self.total:g} s timeout") as deadline:
+        with Deadline(time.monotonic() + self.total, f"its {self.total:g} s timeout") as deadline:
             with deadline.guard():
                 try:
-                    yield
+                    yield deadline
                 except requests.RequestException:
-                    deadline.check("remote cache")  # cut off: say so
+                    deadline.check("no whole answer")  # cut off: say so
                     raise
 
     # -- failure handling -------------------------------------------------------------------

@@ -116,6 +116,7 @@ def excerpt(resp, limit: int = 120) -> str:
     ctype = (resp.headers.get("Content-Type") or "no content type").split(";")[0].strip()
     shown = body[:4096].decode("utf-8", "replace")
     if "html" in ctype or "xml" in ctype or shown.lstrip().startswith("<"):
+        shown = re.sub(r"(?is)<(script|style)\b.*?(</\1>|$)|<!--.*?(-->|$)", " ", shown)  # not text anyone reads
         shown = re.sub(r"<[^>]*>", " ", shown)
     shown = " ".join(shown.split())
     shown = shown if len(shown) <= limit else shown[:limit - 3] + "..."
@@ -150,14 +151,12 @@ def raise_for_response(resp) -> None:
     """Raise the matching CacheClientError for a non-2xx ``requests.Response`` or ``Answer``."""
     if resp.status_code < 400:
         return
+    method = getattr(resp, "method", None) or resp.request.method
     try:
         code, message, details = answers.error_fields(resp.json())
+        text = f"{method} {where(resp.url)} -> {resp.status_code} {code}: {message}"
     except (ValueError, TypeError, RecursionError):  # answers.Malformed is a ValueError
-        code, message, details = "error", excerpt(resp), None
-    if resp.status_code >= 500:
-        cls = ServiceUnavailable
-    else:
-        cls = _BY_CODE.get(code, CacheClientError)
-    method = getattr(resp, "method", None) or resp.request.method
-    raise cls(f"{method} {where(resp.url)} -> {resp.status_code} {code}: {message}",
-              code=code, status=resp.status_code, details=details)
+        code, details = "error", None
+        text = f"{method} {where(resp.url)} -> {resp.status_code} ({excerpt(resp)})"
+    cls = ServiceUnavailable if resp.status_code >= 500 else _BY_CODE.get(code, CacheClientError)
+    raise cls(text, code=code, status=resp.status_code, details=details)

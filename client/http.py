@@ -133,8 +133,8 @@ class ServiceAPI:
                         if time.monotonic() - connecting_since + delay >= self.connect_timeout:
                             raise ServiceUnavailable(
                                 f"cannot reach {where(self.base).rstrip('/')} ({problem}; tried for "
-                                f"{time.monotonic() - connecting_since:.1f} s): {method} {urlsplit(url).path}"
-                            ) from None
+                                f"{time.monotonic() - connecting_since:.1f} s): {method} {urlsplit(url).path}; "
+                                "check the URL and that the service is up") from None
                     else:
                         connecting_since = None
                 if limit.left() <= delay:

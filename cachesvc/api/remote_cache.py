@@ -6,8 +6,6 @@ a PUT, and of a GET's answer, is the value's bytes.
 """
 from __future__ import annotations
 
-import hashlib
-
 from flask import Response, request
 from flask_smorest import Blueprint
 
@@ -47,6 +45,7 @@ def get(args, cache, key):
     try:
         with svc.db.session() as s:
             value = remote_cache.get(s, svc.storage, cache, _env(args), key)
+            put_sha256 = value is not None and remote_cache._find(s, cache, _env(args), key).digest
     except StorageError as exc:
         raise Unavailable(f"blob storage failed: {exc}") from None
     if value is None:
@@ -54,9 +53,9 @@ def get(args, cache, key):
         raise NotFound(f"remote cache {cache} has no value for key {key} in this environment")
     _count(cache, "hit")
     metrics.current().bytes_out.labels("service").inc(len(value))
-    # The client checks the body against this before it hands it to Inductor (cachesvc_client.remote_backend).
-    return Response(value, mimetype="application/octet-stream",
-                    headers={"X-Cachesvc-Sha256": hashlib.sha256(value).hexdigest()})
+    # The sha256 of the value as PUT: the client checks the body against it before Inductor loads it
+    # (cachesvc_client.remote_backend), so bytes changed in storage are a miss.
+    return Response(value, mimetype="application/octet-stream", headers={"X-Cachesvc-Sha256": put_sha256})
 
 
 @blp.route("/<cache>/<key>", methods=["PUT"])

@@ -9,7 +9,7 @@ whole and closes), the whole
 answer is read, then sent to the client as ``fault(path)`` says:
 
     None               at once
-    "trickle-body"     the headers at once, then the body one byte every ``delay`` s (never a silent
+    "trickle-body"     the headers at once, then the body ``chunk`` bytes every ``delay`` s (never a silent
                        ``delay``: a read timeout cannot catch it)
     "stall-body"       the headers, then nothing; the connection stays open
     "trickle-headers"  the status line, then header bytes one every ``delay`` s, never ending
@@ -58,8 +58,8 @@ class FaultyHTTP:
     """See the module docstring. ``url`` is the proxy's base URL; ``requests`` lists the paths it saw."""
 
     def __init__(self, target_port: int, fault: Callable[[str], Optional[str]] = lambda path: None,
-                 rewrite: Optional[Rewrite] = None, delay: float = 0.5):
-        self.target_port, self.fault, self.rewrite, self.delay = target_port, fault, rewrite, delay
+                 rewrite: Optional[Rewrite] = None, delay: float = 0.5, chunk: int = 1):
+        self.target_port, self.fault, self.rewrite, self.delay, self.chunk = target_port, fault, rewrite, delay, chunk
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -132,10 +132,10 @@ class FaultyHTTP:
         if fault == "stall-body":
             self._closed.wait()
         elif fault == "trickle-body":
-            for i in range(len(body)):
+            for i in range(0, len(body), self.chunk):
                 if self._closed.is_set():
                     return
-                client.sendall(body[i:i + 1])
+                client.sendall(body[i:i + self.chunk])
                 time.sleep(self.delay)
         else:
             client.sendall(body)

@@ -24,10 +24,10 @@ from cachesvc_client import CacheClient, answers
 from cachesvc_client.report import RestoreReport
 from tests.helpers import ENV, sha
 from tests.client.test_publish_restore import enter_container
-from tests.reliability.conftest import final_files, temp_files
+from tests.reliability.conftest import SHAPE, final_files, publish_files, temp_files, write_files
 from tests.reliability.http_faults import FaultyHTTP
 
-NAME, SHAPE = "fuzzed", "f32[3]"
+NAME = "fuzzed"
 D = "ab" * 32
 
 
@@ -118,13 +118,9 @@ def served(live_server, tmp_path, monkeypatch):
     """A version of a few files (packed and loose), and a proxy that mutates its resolve answer. The test runs
     as a container of its own (HOME, TMPDIR): a mutated answer may name the other roots."""
     enter_container(monkeypatch, tmp_path / "ctr")
-    files = {"fxgraph/k/entry": b"graph " * 200, "sj/k.cpp": b"int k;" * 100, "sj/k.so": bytes(range(256)) * 1200}
-    src = tmp_path / "src"
-    for rel, data in files.items():
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        (src / rel).write_bytes(data)
-    client = CacheClient(live_server.url, cache_dir=str(src), timeout=10)
-    assert client.publish(NAME, SHAPE, env=ENV, roots={"inductor": str(src)}).status == "committed"
+    files = write_files(tmp_path / "src", {"fxgraph/k/entry": b"graph " * 200, "sj/k.cpp": b"int k;" * 100,
+                                           "sj/k.so": bytes(range(256)) * 1200})
+    assert publish_files(live_server.url, None, tmp_path / "src", name=NAME).status == "committed"
     mutated = Mutated()
     with FaultyHTTP(live_server.port, rewrite=mutated) as proxy:
         CacheClient(proxy.url, cache_dir=str(tmp_path / "first"), timeout=10).restore(NAME, SHAPE, env=ENV)

@@ -33,10 +33,10 @@ from cachesvc_client import CacheClient, decoding, frames
 from cachesvc_client.errors import IntegrityError
 from tests.client.test_frames import blob_bytes
 from tests.helpers import ENV, sha
-from tests.reliability.conftest import ENV_VARS, final_files, temp_files
+from tests.reliability.conftest import ENV_VARS, SHAPE, final_files, publish_files, temp_files, write_files
 from tests.reliability.faults import client_env
 
-NAME, SHAPE = "bombed", "f32[2]"
+NAME = "bombed"
 GIB = 1 << 30
 _RLE_BLOCK = 128 << 10  # zstd's largest block: an RLE block stores one byte for 128 KiB
 
@@ -157,14 +157,10 @@ SHAPES = {
 @pytest.fixture
 def published(live_server, tmp_path):
     """Every shape plus a plain file, published; (client of the service, files)."""
-    files = {path: make() for path, make in SHAPES.values()} | {"fxgraph/k/plain": b"plain " * 100}
-    src = tmp_path / "src"
-    for rel, data in files.items():
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        (src / rel).write_bytes(data)
-    client = CacheClient(live_server.url, cache_dir=str(src), timeout=30)
-    assert client.publish(NAME, SHAPE, env=ENV, roots={"inductor": str(src)}).status == "committed"
-    return client, files
+    files = write_files(tmp_path / "src", {path: make() for path, make in SHAPES.values()}
+                        | {"fxgraph/k/plain": b"plain " * 100})
+    assert publish_files(live_server.url, None, tmp_path / "src", name=NAME).status == "committed"
+    return CacheClient(live_server.url, timeout=30), files
 
 
 def plant_bomb(live_server, client: CacheClient, data: bytes, shape: str, tmp_path: Path) -> None:

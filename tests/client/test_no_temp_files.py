@@ -23,10 +23,10 @@ from cachesvc.models import Version, VersionFile
 from cachesvc_client import CacheClient
 from cachesvc_client.fetching import place
 from tests.helpers import ENV, sha
-from tests.reliability.conftest import final_files, temp_files
+from tests.reliability.conftest import SHAPE, final_files, publish_files, temp_files, write_files
 from tests.reliability.http_faults import FaultyHTTP
 
-NAME, SHAPE = "temps", "f32[5]"
+NAME = "temps"
 
 
 @pytest.fixture
@@ -40,11 +40,8 @@ def storage_settings(local_storage_settings):  # blobs through the service: thro
 
 
 def publish(url: str, src: Path, files: dict) -> None:
-    for rel, data in files.items():
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        (src / rel).write_bytes(data)
-    client = CacheClient(url, cache_dir=str(src), timeout=30)
-    assert client.publish(NAME, SHAPE, env=ENV, roots={"inductor": str(src)}).status == "committed"
+    write_files(src, files)
+    assert publish_files(url, None, src, name=NAME).status == "committed"
 
 
 def test_a_rename_that_fails_mid_restore_leaves_no_temp_file(live_server, tmp_path):

@@ -19,21 +19,11 @@ import zstandard
 import cachesvc_client
 from cachesvc.storage import blob_key
 from cachesvc_client import remote_cache
+from tests.client.test_remote_cache_hook import _undo_hook, database_url  # noqa: F401 - fixtures: sqlite, unhook
 from tests.helpers import ENV, sha
 from tests.reliability.http_faults import FaultyHTTP
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture
-def database_url(sqlite_url):
-    return sqlite_url
-
-
-@pytest.fixture(autouse=True)
-def _undo_hook():
-    yield
-    cachesvc_client.disable_remote_cache()
 
 
 def replace_stored(live_server, value: bytes, other: bytes, tmp_path) -> None:

@@ -56,10 +56,17 @@ def faults():
 
 
 @pytest.fixture
-def storage_front(s3_server, faults):
-    """A faulty proxy in front of the S3 server: the presigned URLs the service hands out point at it."""
-    with FaultyHTTP(s3_server.port, fault=faults) as front:
-        yield front
+def front(faults):
+    """``front(port)``: a faulty proxy in front of 127.0.0.1:<port> that obeys ``faults``; closed at the end."""
+    made = []
+
+    def make(port: int) -> FaultyHTTP:
+        made.append(FaultyHTTP(port, fault=faults))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()
 
 
 @pytest.fixture
@@ -68,18 +75,18 @@ def database_url(sqlite_url):
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def storage_settings(request):
+def storage_settings(request, front):
+    """Local storage (blobs come through the service), or S3 whose presigned URLs point at a faulty proxy."""
     if request.param == "local":
         return request.getfixturevalue("local_storage_settings")
-    s3, front = request.getfixturevalue("s3_server"), request.getfixturevalue("storage_front")
-    return {**s3.settings(s3.new_bucket()), "S3_PUBLIC_ENDPOINT_URL": front.url}
+    s3 = request.getfixturevalue("s3_server")
+    return {**s3.settings(s3.new_bucket()), "S3_PUBLIC_ENDPOINT_URL": front(s3.port).url}
 
 
 @pytest.fixture
-def service_front(live_server, faults):
+def service_front(live_server, front):
     """A faulty proxy in front of the service: the client's --url."""
-    with FaultyHTTP(live_server.port, fault=faults) as front:
-        yield front
+    return front(live_server.port)
 
 
 @pytest.fixture

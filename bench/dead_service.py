@@ -106,15 +106,16 @@ def run_cases(rounds: int, home: Path, pythonpath: Optional[str]) -> Dict[str, l
     return results
 
 
-def summarise(results: Dict[str, Dict[str, list]]) -> List[List[object]]:
+def summarise(results: Dict[str, Dict[str, list]]) -> List[dict]:
+    """One row per case and client: median process and report seconds, and the reason of the last sample."""
     rows = []
     for case in ("refused", "unroutable", "silent"):
-        row: List[object] = [case]
-        for client in results:
-            got = [s for s in results[client][case] if "wall_s" in s]
-            row += [median(s["wall_s"] for s in got) if got else "skipped",
-                    median(s["seconds"] for s in got if s["seconds"] is not None) if got else "-"]
-        rows.append(row)
+        for client, cases in results.items():
+            got = [s for s in cases[case] if "wall_s" in s]
+            rows.append({"case": case, "client": client, "samples": len(got),
+                         "process_s": median(s["wall_s"] for s in got),
+                         "report_s": median(s["seconds"] for s in got),
+                         "reason": got[-1]["reason"] if got else cases[case][-1].get("skipped", "")})
     return rows
 
 
@@ -129,10 +130,10 @@ def main(argv=None) -> dict:
     if args.old_ref:
         clients[f"client at {args.old_ref}"] = old_client(args.old_ref, work / "old")
     results = {name: run_cases(args.rounds, work / name.replace(" ", "-"), path) for name, path in clients.items()}
-    headers = ["service"] + [h for name in clients for h in (f"{name}: process s", f"{name}: report s")]
-    text = table(headers, summarise(results))
-    print(text)
-    doc = {"machine": machine(), "rounds": args.rounds, "results": results, "table": text}
+    rows = summarise(results)
+    print(table(["service", "client", "process s", "report s"],
+                [[r["case"], r["client"], r["process_s"], r["report_s"]] for r in rows]))
+    doc = {"machine": machine(), "rounds": args.rounds, "rows": rows, "samples": results}
     if args.out:
         write_json(Path(args.out), doc)
     return doc

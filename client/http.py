@@ -51,12 +51,12 @@ def check_url(url: str) -> str:
 
 
 def _problem(answer: Answer) -> str:
-    """A 5xx answer in one line (the service's error message, or what else answered)."""
+    """A 5xx answer in one line: method, URL, status and the service's message (or what else answered)."""
     try:
         raise_for_response(answer)
     except CacheClientError as exc:
         return exc.message
-    return f"{answer.status_code}"
+    return f"{answer.method} {where(answer.url)} -> {answer.status_code}"
 
 
 def _connect_failed(exc: BaseException) -> bool:
@@ -127,18 +127,18 @@ class ServiceAPI:
                     problem = _problem(answer)
                 except requests.RequestException as exc:
                     limit.check(late)
-                    problem = describe_failure(exc)
+                    problem = f"{method} {where(url)}: {describe_failure(exc)}"
                     if _connect_failed(exc):
                         connecting_since = connecting_since or attempt
                         if time.monotonic() - connecting_since + delay >= self.connect_timeout:
                             raise ServiceUnavailable(
-                                f"cannot reach {where(self.base).rstrip('/')} ({problem}; tried for "
+                                f"cannot reach {where(self.base).rstrip('/')} ({describe_failure(exc)}; tried for "
                                 f"{time.monotonic() - connecting_since:.1f} s): {method} {urlsplit(url).path}; "
                                 "check the URL and that the service is up") from None
                     else:
                         connecting_since = None
                 if limit.left() <= delay:
-                    raise ServiceUnavailable(f"{method} {where(url)}: {problem}")
+                    raise ServiceUnavailable(problem)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 

@@ -203,3 +203,33 @@ def test_mutated_resolve_answers_are_misses_or_correct_restores(served):
                 assert all(sha((cache / rel).read_bytes()) in published for rel in final_files(cache))
 
     check()
+
+
+ROWS = st.fixed_dictionaries(
+    {"root": st.sampled_from(["inductor", "pch", "Bad", 1]),
+     "path": st.one_of(st.sampled_from(["a/b", ".hidden/x", "a/../b", "a//b", "/abs", "a/./b", "x" * 300, "é/ü",
+                                        "a\ud800", "C:/x", "a\\b", "ok.so"]), st.text(max_size=12)),
+     "sha256": st.sampled_from([D, D.upper(), "ab", 5]),
+     "size": st.sampled_from([0, 5, -1, 2**40, 2**70, True, "5", 1.0])},
+    optional={"mode": st.sampled_from([0o644, 0o755, -1, 0o10000, True, "644"])})
+BLOBS = st.fixed_dictionaries(
+    {"url": st.sampled_from(["/api/v1/blobs/x", "//evil/x", "http://s3:9000/b/k?sig=1", "ftp://x/y", "http://[::1/x",
+                             "http://h:port/x", 7]),
+     "encoding": st.sampled_from(["zstd", "identity", "lz4", None]),
+     "size": st.sampled_from([5, 0, -1, 2**70, "5"]), "stored_size": st.sampled_from([5, 3, -1, True])},
+    optional={"stored_sha256": st.sampled_from([D, "zz", None]), "pack": st.sampled_from(["/api/v1/packs/p", None, 3]),
+              "pack_sha256": st.sampled_from([D, "x"]), "pack_size": st.sampled_from([10, None, 2**40, "10"]),
+              "offset": st.sampled_from([0, 5, 9, -1, 2**31])})
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(row=ROWS, blob=BLOBS)
+def test_the_fast_paths_agree_with_the_careful_checks(row, blob):
+    for fast, careful in ((answers._fast_file(row, {}), lambda: answers.file_row(row, "row")),
+                          (answers._fast_blob(blob, set()), lambda: answers.blob_entry(blob, "blob"))):
+        try:
+            expected = careful()
+        except answers.Malformed:
+            assert fast is None
+        else:
+            assert fast is None or fast == expected

@@ -168,7 +168,8 @@ def resolve(doc: Any) -> Dict[str, Any]:
     reason = field(doc, "reason", text, "", default="" if hit else "no match")
     if not hit:
         nearest = field(doc, "nearest", items, "", default=[], max_items=MAX_CANDIDATES)
-        return {"hit": False, "reason": reason, "nearest": [candidate(c, f"nearest[{i}]") for i, c in enumerate(nearest)]}
+        return {"hit": False, "reason": reason,
+                "nearest": [candidate(c, f"nearest[{i}]") for i, c in enumerate(nearest)]}
     raw_blobs = field(doc, "blobs", json_object, "")
     if len(raw_blobs) > MAX_FILES:
         raise Malformed(f"blobs has {len(raw_blobs)} entries; at most {MAX_FILES} are expected")
@@ -231,7 +232,8 @@ def _fast_blob(value: Any, packs: set) -> Optional[Dict[str, Any]]:
     try:
         encoding, size, stored = value["encoding"], value["size"], value["stored_size"]
         if not (type(size) is int and type(stored) is int and 0 <= size <= keys.MAX_FILE_SIZE
-                and 0 <= stored <= keys.MAX_FILE_SIZE and (encoding == "zstd" or encoding == "identity" and stored == size)):
+                and 0 <= stored <= keys.MAX_FILE_SIZE
+                and (encoding == "zstd" or encoding == "identity" and stored == size)):
             return None
         out = {"url": url(value["url"], ""), "encoding": encoding, "size": size, "stored_size": stored}
         if value.get("stored_sha256") is not None:
@@ -239,7 +241,8 @@ def _fast_blob(value: Any, packs: set) -> Optional[Dict[str, Any]]:
         if value.get("pack") is None:
             return out
         pack_size, offset, pack_sha = value.get("pack_size"), value["offset"], value["pack_sha256"]
-        if (type(offset) is int and offset >= 0 and (pack_size is None or type(pack_size) is int and pack_size <= MAX_PACK)
+        if (type(offset) is int and offset >= 0
+                and (pack_size is None or type(pack_size) is int and pack_size <= MAX_PACK)
                 and offset + stored <= (MAX_PACK if pack_size is None else pack_size)
                 and (pack_sha in packs or type(pack_sha) is str and _SHA256.fullmatch(pack_sha))):
             packs.add(pack_sha)

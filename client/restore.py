@@ -1,15 +1,22 @@
 """Restore: resolve the key, then fetch, verify and place every file.
 
 Guarantees:
+- The resolve answer is checked whole before anything is written
+  (``answers.resolve``): a malformed one is a miss (MalformedAnswer).
 - Nothing is written outside the roots: manifest paths must pass
-  ``keys.check_relpath`` (else the whole manifest is refused), and no folder
-  between a root and a file may be a symlink.
-- Every file is verified (sha256 of the decoded bytes, or for a large zstd
-  blob the sha256 of the stored bytes the service itself checked, see
-  ``transfer.download``) in a temp file beside its target and renamed into place: no reader sees half a file, and an
-  interrupted restore leaves only whole files (plus ``.cachesvc-<pid>-*.tmp``
-  leftovers, which publish ignores and the next restore removes once their
-  process is gone).
+  ``keys.check_relpath`` and name no path twice or as both file and folder
+  (else the whole manifest is refused), and no folder between a root and a
+  file may be a symlink.
+- Every file is decoded within its declared size (``decoding``) and verified
+  (sha256 of the decoded bytes, or for a large zstd blob the sha256 of the
+  stored bytes the service itself checked, see ``download.download``) in a
+  temp file beside its target and renamed into place: no reader sees half a
+  file. No temp file remains when ``restore()`` returns, by any path; a
+  restore that is killed leaves only whole files plus
+  ``.cachesvc-<pid>-*.tmp`` leftovers, which publish ignores and the next
+  restore removes once their process is gone.
+- The budget holds whatever the servers do (``deadlines``): transfers still
+  running at its end are cut off and their files left out.
 - Small blobs may lie in packs (``cachesvc_client.packing``): a pack is read
   whole or by ``Range`` runs, and each member is decoded, verified and placed
   on its own, so a bad member fails only its files.

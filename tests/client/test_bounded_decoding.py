@@ -199,30 +199,40 @@ def test_a_bomb_in_storage_costs_only_its_file(published, live_server, tmp_path,
     assert written < sum(map(len, files.values())) + (64 << 20), written  # never the bomb's GiBs
 
 
+#: the CLI, reporting its own peak memory (KiB) and bytes written on the way out
+CLI_MEASURED = ("import atexit, resource, sys\n"
+                "def report():\n"
+                "    io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
+                "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+                "    sys.stderr.write(f\"PEAK {peak} WCHAR {io['wchar']}\\n\")\n"
+                "atexit.register(report)\n"
+                "from cachesvc_client.cli import main\n"
+                "sys.argv[0] = 'cachesvc-client'\n"
+                "main()\n")
+
+
+def cli_restore(url: str, env: dict):
+    """(exit code, report, peak KiB, bytes written, stderr) of a `cachesvc-client restore --json` process."""
+    out = subprocess.run([sys.executable, "-c", CLI_MEASURED, "restore", "--name", NAME, "--shape", SHAPE, "--url",
+                          url, "--json"], env=env, capture_output=True, text=True, timeout=120)
+    peak, written = (int(v) for v in out.stderr.rsplit("PEAK ", 1)[1].split(" WCHAR "))
+    return out.returncode, json.loads(out.stdout) if out.returncode == 0 else None, peak, written, out.stderr
+
+
 @pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 def test_the_cli_restores_past_a_bomb_with_exit_0_and_little_memory(published, live_server, tmp_path):
     client, files = published
-    for shape in ("large loose", "pack member"):
+    token = {"CACHESVC_TOKEN": live_server.app.config["TOKENS"]["read"], **ENV_VARS}
+    _, clean, clean_peak, _, _ = cli_restore(live_server.url, client_env(token, tmp_path / "clean"))
+    assert clean["hit"] and not clean["failed"], clean
+    for shape in ("large loose", "pack member", "framed"):
         plant_bomb(live_server, client, files[SHAPES[shape][0]], shape, tmp_path)
-    env = client_env({"CACHESVC_TOKEN": live_server.app.config["TOKENS"]["read"], **ENV_VARS}, tmp_path / "ctr")
-    # The CLI, reporting its own peak memory and bytes written on the way out.
-    code = ("import atexit, resource, sys\n"
-            "def report():\n"
-            "    io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
-            "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "    sys.stderr.write(f\"PEAK {peak} WCHAR {io['wchar']}\\n\")\n"
-            "atexit.register(report)\n"
-            "from cachesvc_client.cli import main\n"
-            "sys.argv[0] = 'cachesvc-client'\n"
-            "main()\n")
-    out = subprocess.run([sys.executable, "-c", code, "restore", "--name", NAME, "--shape", SHAPE, "--url",
-                          live_server.url, "--json"], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "Traceback" not in out.stderr, out.stderr
-    report = json.loads(out.stdout)
-    assert report["hit"] and len(report["failed"]) == 2, report
-    peak_kib, written = (int(v) for v in out.stderr.rsplit("PEAK ", 1)[1].split(" WCHAR "))
-    assert peak_kib < 512 << 10, f"peak RSS {peak_kib} KiB"
+    env = client_env(token, tmp_path / "ctr")
+    rc, report, peak, written, err = cli_restore(live_server.url, env)
+    assert rc == 0 and "Traceback" not in err, err
+    assert report["hit"] and len(report["failed"]) == 3, report
+    # three 4 GiB bombs cost what a few decode buffers do (the baseline is this machine's process, torch and all)
+    assert peak < clean_peak + (256 << 10), f"peak RSS {peak} KiB with the bombs, {clean_peak} KiB without"
     assert written < sum(map(len, files.values())) + (64 << 20), written
     assert not temp_files(Path(env["TORCHINDUCTOR_CACHE_DIR"]))
 

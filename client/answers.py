@@ -213,11 +213,7 @@ def _fast_file(value: Any, blobs: Dict[str, dict]) -> Optional[Dict[str, Any]]:
 
 
 def file_row(value: Any, where: str) -> Dict[str, Any]:
-    """A manifest row, checked field by field."""
-    return _file_row(value, where)
-
-
-def _file_row(value: Any, where: str) -> Dict[str, Any]:
+    """A manifest row, checked field by field (Malformed names the first problem)."""
     row = json_object(value, where)
     return {"root": field(row, "root", _rule_of(keys.check_role), where),
             "path": field(row, "path", _rule_of(keys.check_relpath), where),
@@ -254,11 +250,7 @@ def _fast_blob(value: Any, packs: set) -> Optional[Dict[str, Any]]:
 
 
 def blob_entry(value: Any, where: str) -> Dict[str, Any]:
-    """A resolve answer's blob entry, checked field by field."""
-    return _blob_entry(value, where)
-
-
-def _blob_entry(value: Any, where: str) -> Dict[str, Any]:
+    """A resolve answer's blob entry, checked field by field (Malformed names the first problem)."""
     b = json_object(value, where)
     encoding = field(b, "encoding", text, where, max_len=32)
     if encoding not in ENCODINGS:

@@ -293,6 +293,19 @@ def render(doc: dict, out_dir: Path) -> Path:
                            [[r["scenario"], r["restores"], r["errors"], f(r["wall_s"]), f(r["restores_per_s"], 1),
                              f(r["p50_s"]), f(r["p90_s"]), f(r["p99_s"]), f(r["max_s"])] for r in ld["rows"]]), ""]
     parts += gpu_section()
+    if doc.get("dead_service"):
+        ds = doc["dead_service"]
+        parts += ["## 8. A dead service: time to a miss", "",
+                  "What a container start pays when the cache is down (bench/dead_service.py): one "
+                  "`cachesvc-client restore --json` process with default settings per sample, against a loopback "
+                  "port nothing listens on (*refused*), an address that drops every packet (*unroutable*: "
+                  "10.255.255.1 in a private network namespace, a veth pair with nobody on the far end) and a "
+                  "socket that accepts and never answers (*silent*: bounded by `timeout`, 30 s by default). "
+                  "*process s* includes starting Python and importing the client; *report s* is the restore's "
+                  f"own `seconds`. Medians of {ds['rounds']} rounds.", "",
+                  md_table(["service", "client", "process s", "report s", "reason (last sample)"],
+                           [[r["case"], r["client"], f(r["process_s"]), f(r["report_s"]),
+                             r["reason"].replace("|", "/")[:160]] for r in ds["rows"]]), ""]
     if tg:
         parts += ["## Closing note", "",
                   "Measured against the targets of issue 4:", ""]

@@ -5,7 +5,8 @@
 
 Sections: ttfi (time to first inference), transfer (restore throughput),
 publish (publish cost and storage dedup), service (resolve/list latency),
-load (200 concurrent restores of one entry, issue 5).
+load (200 concurrent restores of one entry, issue 5), dead_service (time to a miss
+when the service is down, issue 16).
 Each section is also a script of its own (bench/<section>.py). The results
 are rendered after every section, so an interrupted run still leaves a
 report of what finished. Every server it starts (cachesvc, rclone) is
@@ -23,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import load, publish, report, service, transfer, ttfi  # noqa: E402
+from bench import dead_service, load, publish, report, service, transfer, ttfi  # noqa: E402
 from bench.common import REPO, describe_source, log, machine, write_json  # noqa: E402
 
-SECTIONS = ["ttfi", "transfer", "publish", "service", "load"]
+SECTIONS = ["ttfi", "transfer", "publish", "service", "load", "dead_service"]
 
 
 def main() -> None:
@@ -49,6 +50,7 @@ def main() -> None:
         "service": lambda: service.main(["--entries", "20000" if q else "100000", "--seconds", "5" if q else "10",
                                          *ref]),
         "load": lambda: load.main(["--restores", "50" if q else "200", *ref]),
+        "dead_service": lambda: dead_service.main(["--rounds", "1" if q else "3"]),
     }
     doc = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "command": "python " + " ".join(shlex.quote(a) for a in ["bench/run_all.py", *sys.argv[1:]]),

@@ -1,6 +1,7 @@
-"""Small-set restore, an older client against this one, interleaved in one process.
+"""Restore of one synthetic set (small by default), an older client against this one, interleaved in one process.
 
-    python bench/transfer_ab.py --old-ref 4603fdf [--rounds 30] [--seed-old 0 --seed-new 1] [--out FILE]
+    python bench/transfer_ab.py --old-ref 4603fdf [--rounds 30] [--size small|large] [--seed-old 0 --seed-new 1]
+                                [--out FILE]
 
 On a small shared machine, runs of bench/transfer.py minutes apart differ more
 than the change being measured. Here every round restores four ways back to
@@ -63,6 +64,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--old-ref", required=True, help="git ref of the client to compare with")
     p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--size", default="small", choices=["small", "large"], help="bench/synth.py's set")
     p.add_argument("--seed-old", type=int, default=0)
     p.add_argument("--seed-new", type=int, default=1)
     p.add_argument("--out", default=None)
@@ -79,13 +81,13 @@ def main(argv=None) -> dict:
             with service(work / "svc", service_source("snapshot", work / "svc-src"), s3.service_env(bucket, PREFIX)) as svc:
                 sets = {}
                 for label, mod, seed in (("A", old, args.seed_old), ("B", cachesvc_client, args.seed_new)):
-                    info = synth.make(work / "src" / label, "small", seed)
+                    info = synth.make(work / "src" / label, args.size, seed)
                     mod.CacheClient(svc.url, token=svc.token, cache_dir=info["roots"]["inductor"]).publish(
-                        f"small-{label}", "synthetic", {}, env=ENV, roots=info["roots"])
+                        f"{args.size}-{label}", "synthetic", {}, env=ENV, roots=info["roots"])
                     sets[label] = info
                 make_tarball(work / "A.tar.zst", sets["A"]["roots"])
                 s3.client().upload_file(str(work / "A.tar.zst"), bucket, "tar/A.tar.zst")
-                listing = listing_of(svc.url, svc.token, "small-A", work / "scratch")
+                listing = listing_of(svc.url, svc.token, f"{args.size}-A", work / "scratch")
                 log(f"transfer_ab: {args.rounds} rounds of {', '.join(WAYS)}")
                 for rnd in range(args.rounds):
                     k = rnd % len(WAYS)
@@ -101,7 +103,7 @@ def main(argv=None) -> dict:
                         else:
                             new = way == "cachesvc-new"
                             got = restore_with(cachesvc_client if new else old, svc.url, svc.token,
-                                               "small-B" if new else "small-A", dest)
+                                               f"{args.size}-{'B' if new else 'A'}", dest)
                         samples[way].append(time.perf_counter() - t)
                         ru2 = resource.getrusage(resource.RUSAGE_SELF)
                         cpu[way].append(ru2.ru_utime - ru.ru_utime + ru2.ru_stime - ru.ru_stime)
@@ -116,7 +118,7 @@ def main(argv=None) -> dict:
     for r in rows:
         print(f"{r['way']:14} median {r['median_s']:.3f} s  min {r['min_s']:.3f}  max {r['max_s']:.3f}  "
               f"client cpu {r['cpu_s']:.3f} s  x boto3 {r['x_boto3']:.2f}  x tarball {r['x_tarball']:.2f}", flush=True)
-    doc = {"old_ref": args.old_ref, "rounds": args.rounds, "rows": rows, "samples": samples}
+    doc = {"old_ref": args.old_ref, "size": args.size, "rounds": args.rounds, "rows": rows, "samples": samples}
     if args.out:
         write_json(Path(args.out), doc)
     return doc

@@ -31,14 +31,13 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from filelock import FileLock, Timeout
-
 from . import keys, publish as publish_mod, roots as roots_mod
-from .errors import CacheClientError, ServiceUnavailable
+from .errors import CacheClientError
 from .fingerprint import shape_signature
 from .http import ServiceAPI
 from .report import PublishReport, RestoreReport
-from .restore import STATE_DIR, _fetch_all, check_manifest
+from .deadlines import Deadline
+from .restore import STATE_DIR, check_manifest, fetch_files, locked
 
 ROLE = "artifact"
 FILENAMES = {"mega-cache": "mega-cache.bin", "aot-function": "function.aot", "pt2-package": "model.pt2"}
@@ -265,33 +264,30 @@ def fetch(api: ServiceAPI, key: dict, kind: str, cache_dir: str, *, workers: int
           stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
     """Fetch the newest version of ``kind`` for ``key`` into ``artifact_dir``; the report lists the files.
 
-    ``budget``: seconds the whole fetch may take, as for ``restore.restore``.
+    ``budget``: seconds the whole fetch may take, resolve included, as for ``restore.restore``.
 
     Raises CacheClientError subclasses on service or storage trouble (CacheClient.restore turns them
     into a miss unless strict).
     """
     start = time.monotonic()
-    deadline = None if budget is None else start + budget
-    lock_timeout = 600.0 if budget is None else budget
     report = RestoreReport(hit=False, name=key["name"], shape=key["shape"], kind=kind)
-    answer = api.resolve(key, deadline=start + timeout, kind=kind)
-    if not answer.get("hit"):
-        report.reason = answer.get("reason", "no match")
-        report.seconds = time.monotonic() - start
-        return report
-    files, version = answer["files"], answer["version"]
-    check_manifest(files)
-    report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
-    report.meta = dict(version.get("meta") or {})
-    dest = artifact_dir(cache_dir, kind, version["id"])
-    os.makedirs(dest, exist_ok=True)
-    local = {f["root"]: (dest if f["root"] == ROLE else None) for f in files}
-    report.roots = {ROLE: dest}
-    try:
-        with FileLock(f"{dest}.lock", timeout=lock_timeout):
-            _fetch_all(api, report, files, answer["blobs"], local, dest, workers, stall_timeout, deadline)
-    except Timeout:
-        raise ServiceUnavailable(f"another process held {dest}.lock for {lock_timeout:.0f} s") from None
+    with Deadline(None if budget is None else start + budget) as deadline:
+        answer = api.resolve(key, deadline=deadline.bound(timeout), kind=kind)
+        if not answer["hit"]:
+            report.reason = answer["reason"]
+            report.seconds = time.monotonic() - start
+            return report
+        files, version = answer["files"], answer["version"]
+        check_manifest(files)
+        report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
+        report.meta = dict(version["meta"])
+        dest = artifact_dir(cache_dir, kind, version["id"])
+        os.makedirs(dest, exist_ok=True)
+        local = {f["root"]: (dest if f["root"] == ROLE else None) for f in files}
+        report.roots = {ROLE: dest}
+        with locked(f"{dest}.lock", deadline):
+            fetch_files(api, report, files, answer["blobs"], local, dest, workers=workers,
+                        stall_timeout=stall_timeout, deadline=deadline)
     mine = [os.path.join(dest, f["path"]) for f in files if f["root"] == ROLE]
     report.hit = bool(mine) and not report.failed
     report.artifacts = mine if report.hit else []

@@ -7,13 +7,14 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
-from .http import ServiceAPI
+from .http import CONNECT_TIMEOUT, ServiceAPI
 from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore import restore as _restore
@@ -38,6 +39,18 @@ def _compile_seconds(given: Optional[float]) -> Optional[float]:
     return given if given is not None else torch_compile_seconds()
 
 
+def _why(exc: BaseException) -> str:
+    """A failed restore's reason. CacheClientError: its message; EnvError: the deployment's env file or
+    variables; OSError: the container's own disk (full, read-only); anything else is a bug in this client, named as one (the log has the traceback)."""
+    if isinstance(exc, CacheClientError):
+        return exc.message
+    if isinstance(exc, keyenv.EnvError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{type(exc).__name__}: {exc}"
+    return f"unexpected {type(exc).__name__} in cachesvc-client (a bug; please report it): {exc}"
+
+
 def _published(report: PublishReport, *more_warnings: Optional[str]) -> PublishReport:
     """Log a published state's report, with the settings that key it apart (``keying_warnings``)."""
     report.warnings = keying_warnings() + [w for w in more_warnings if w]
@@ -54,7 +67,10 @@ class CacheClient:
         url: the service, default ``$CACHESVC_URL``.
         token: bearer token, default ``$CACHESVC_TOKEN``.
         cache_dir: Inductor's cache dir, default ``$TORCHINDUCTOR_CACHE_DIR``, else torch's own default.
-        timeout: seconds to reach the service and resolve a key (restore) or make one API call (publish).
+        timeout: seconds to resolve a key (restore) or make one API call (publish), however the
+            service answers (a server that trickles its answer is cut off).
+        connect_timeout: seconds all attempts to connect may take: a service that refuses or cannot
+            be reached costs this much (default 1.5 s), not ``timeout``.
         stall_timeout: seconds a blob transfer may go without a byte before it is abandoned.
         workers: parallel transfers.
         budget: seconds a whole restore may take; past it, transfers still running are cut off
@@ -68,20 +84,23 @@ class CacheClient:
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, cache_dir: Optional[str] = None,
                  *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16,
-                 budget: Optional[float] = 300.0, env_file: Optional[str] = None):
+                 budget: Optional[float] = 300.0, env_file: Optional[str] = None,
+                 connect_timeout: float = CONNECT_TIMEOUT):
         self.url = url or os.environ.get("CACHESVC_URL", "")
         self.token = token or os.environ.get("CACHESVC_TOKEN") or None
         self._cache_dir_given = cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
         self.timeout, self.stall_timeout, self.workers, self.budget = timeout, stall_timeout, workers, budget
         self.env_file = env_file or keyenv.env_file_from_environ()
+        self.connect_timeout = connect_timeout
         self._api: Optional[ServiceAPI] = None
         self.last_restore: Optional[RestoreReport] = None
 
     @property
     def api(self) -> ServiceAPI:
+        """The service's API client. Raises CacheClientError (naming it) for a missing or malformed URL."""
         if self._api is None:
-            self._api = ServiceAPI(self.url, self.token, timeout=self.timeout)
+            self._api = ServiceAPI(self.url, self.token, timeout=self.timeout, connect_timeout=self.connect_timeout)
         return self._api
 
     def environment(self) -> Dict[str, str]:
@@ -123,25 +142,18 @@ class CacheClient:
         if load and kind != "mega-cache":
             raise ValueError(f"load=True loads a mega-cache; load a {kind} with cachesvc_client.load_precompiled")
         torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/torch_fixes.py
+        started = time.monotonic()
         try:
             key = self.key(name, shape, tags, env)  # EnvError (the deployment's env file or variables): a miss
-            if kind == keys.DEFAULT_KIND:
-                report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
-                                  stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
-                                  fallback_max_bytes=fallback_max_bytes)
-            else:
-                report = artifacts.fetch(self.api, key, kind, self.cache_dir, workers=self.workers,
-                                         timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget)
-            if load and report.hit:
-                self._use_cache_dir()
-                report.loaded = artifacts.load_mega_cache(report.artifacts[0])
-        except (CacheClientError, OSError, keyenv.EnvError) as exc:
-            # OSError: the container's own disk (full, read-only) failed us; still a miss, never a crash.
+            report = self._restore(key, kind, fallbacks, fallback_max_bytes, load)
+        except Exception as exc:  # noqa: BLE001 - a cache never breaks the process it serves
             if strict:
                 raise
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            log.warning("cachesvc restore of %s failed (a miss): %s", name, message)
-            return RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {message}", kind=kind)
+            report = RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {_why(exc)}", kind=kind,
+                                   seconds=time.monotonic() - started)
+            log.warning("cachesvc restore of %s failed (a miss): %s", name, _why(exc),
+                        exc_info=not isinstance(exc, (CacheClientError, OSError, keyenv.EnvError)))
+            return report
         self._use_cache_dir()
         self._explain_key(report, key, env_given=env is not None)
         self.last_restore = report
@@ -164,6 +176,20 @@ class CacheClient:
         hint = None if report.hit else keyenv.unreadable_hint(report.env, report.env_file or None, report.nearest)
         if hint:
             report.warnings.append(hint)
+
+    def _restore(self, key: dict, kind: str, fallbacks: Sequence[str], fallback_max_bytes: Optional[int],
+                 load: bool) -> RestoreReport:
+        if kind == keys.DEFAULT_KIND:
+            report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
+                              stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
+                              fallback_max_bytes=fallback_max_bytes)
+        else:
+            report = artifacts.fetch(self.api, key, kind, self.cache_dir, workers=self.workers,
+                                     timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget)
+        if load and report.hit:
+            self._use_cache_dir()
+            report.loaded = artifacts.load_mega_cache(report.artifacts[0])
+        return report
 
     def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True,
                first_call_seconds: Optional[float] = None) -> Verdict:

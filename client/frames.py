@@ -14,7 +14,10 @@ decoding), hands whole frames to a small shared thread pool
 
 Only the frame *layout* is trusted from the stream for scheduling; what the
 frames decode to is checked by the caller (sha256), and each frame's
-checksum is checked by the decoder.
+checksum is checked by the decoder. Sizes are bounded before any decoding
+(``cachesvc_client.decoding``): a frame declares at most FRAME_MAX bytes and
+decodes to exactly what it declares, and the frames' declared sizes may not
+add up past the blob's size.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import zstandard
+
+from .decoding import Oversize, decompressor
 
 #: blobs at least this large (decoded) are published as several frames
 FRAMED_MIN = 32 << 20
@@ -133,7 +138,7 @@ def _decode_into(frame: bytes, buf: bytearray, size: int) -> memoryview:
     try:
         dctx = getattr(_LOCAL, "dctx", None)
         if dctx is None:
-            dctx = _LOCAL.dctx = zstandard.ZstdDecompressor()
+            dctx = _LOCAL.dctx = decompressor(FRAME_MAX)
         reader = dctx.stream_reader(frame)
         while got < size:
             n = reader.readinto(out[got:])
@@ -157,12 +162,15 @@ class ParallelDecoder:
     in a reused buffer and must call ``release()`` once done with it (it may
     hand both to another thread). ``finish()`` emits the rest and raises
     FrameError when the stream stopped mid-frame. Any FrameError from a bad
-    frame or checksum is raised by ``feed`` or ``finish``. Not thread-safe:
-    one feeding thread.
+    frame or checksum is raised by ``feed`` or ``finish``; Oversize (before
+    decoding) when the frames declare more than ``limit`` bytes in all (None:
+    no limit). Not thread-safe: one feeding thread.
     """
 
-    def __init__(self, emit: Callable[[memoryview, Callable[[], None]], None]):
-        self.emit = emit
+    def __init__(self, emit: Callable[[memoryview, Callable[[], None]], None], limit: Optional[int] = None,
+                 what: str = "a framed blob"):
+        self.emit, self.limit, self.what = emit, limit, what
+        self.declared = 0
         self._buf = bytearray()
         self._pos = 0
         self._pending: List[Tuple[Future, bytearray]] = []
@@ -175,6 +183,9 @@ class ParallelDecoder:
         size = content_size(frame)
         if size is None or size > FRAME_MAX:
             raise FrameError(f"a zstd frame declares {size} decoded bytes; at most {FRAME_MAX} are expected here")
+        self.declared += size
+        if self.limit is not None and self.declared > self.limit:
+            raise Oversize(f"{self.what}: its zstd frames decode past its {self.limit} bytes; refused")
         buf = self._free.get()  # waits while the consumer holds them all
         if buf is None or len(buf) < size:
             buf = bytearray(max(size, FRAME_SIZE))

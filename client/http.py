@@ -1,36 +1,92 @@
-"""Talking to the service: one requests.Session, auth, deadlines, error mapping.
+"""Talking to the service: one requests.Session, auth, deadlines, bounded answers, error mapping.
 
-Every call has a deadline. Connection failures and 5xx answers are retried
-with backoff until the deadline passes, then raised as ServiceUnavailable,
-so a container start never waits on the cache longer than it was told to.
+Every call has a deadline, held whatever the server does (``deadlines``: a
+server that trickles its headers or its body is cut off at it). A service
+that cannot be reached costs seconds, not the deadline: connection failures
+(refused, unreachable, no answer to connect) are retried for
+``connect_timeout`` seconds in all, then raised as ServiceUnavailable. Once
+connected, 502/503/504 answers and broken answers are retried with backoff
+until the deadline. Answers are read up to ``MAX_ANSWER`` bytes and parsed
+and checked by ``answers``; a malformed one is MalformedAnswer, never a
+KeyError in the caller.
 """
 from __future__ import annotations
 
+import json
 import time
-from typing import Any, Dict, Optional, Sequence
-from urllib.parse import urljoin
+from typing import Any, Callable, Dict, Optional, Sequence
+from urllib.parse import urljoin, urlsplit
 
 import requests
-from requests.adapters import HTTPAdapter
+import urllib3
 
-from . import __version__
-from .errors import CacheClientError, ServiceUnavailable, raise_for_response
+from . import __version__, answers
+from .deadlines import Deadline, guarded_session
+from .errors import (Answer, CacheClientError, MalformedAnswer, ServiceUnavailable, describe_failure, excerpt,
+                     raise_for_response, where)
+
+#: seconds all attempts to connect to the service may take before it counts as down
+CONNECT_TIMEOUT = 1.5
+#: the largest answer read (a resolve of the service's largest manifest is far smaller)
+MAX_ANSWER = 256 << 20
+_CHUNK = 1 << 20
+
+
+def check_url(url: str) -> str:
+    """The service URL with one trailing slash. Raises CacheClientError naming the URL when it is not
+    ``http(s)://host[:port][/prefix]``."""
+    if not url:
+        raise CacheClientError("no service URL: pass url= or set CACHESVC_URL (e.g. http://cachesvc:8787)",
+                               code="bad_url")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise CacheClientError(f"the service URL {url!r} is not a valid URL ({exc}); expected "
+                               "http(s)://host[:port], e.g. http://cachesvc:8787", code="bad_url") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise CacheClientError(f"the service URL {url!r} must be http(s)://host[:port][/prefix], e.g. "
+                               "http://cachesvc:8787", code="bad_url")
+    return url.rstrip("/") + "/"
+
+
+def _problem(answer: Answer) -> str:
+    """A 5xx answer in one line: method, URL, status and the service's message (or what else answered)."""
+    try:
+        raise_for_response(answer)
+    except CacheClientError as exc:
+        return exc.message
+    return f"{answer.method} {where(answer.url)} -> {answer.status_code}"
+
+
+def _connect_failed(exc: BaseException) -> bool:
+    """True when ``exc`` (from requests) means no connection was made: refused, unreachable, DNS, connect timeout."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    seen, cur = set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)):
+            return True
+        reason = getattr(cur, "reason", None)
+        cur = reason if isinstance(reason, BaseException) else (
+            cur.args[0] if cur.args and isinstance(cur.args[0], BaseException) else cur.__context__)
+    return False
 
 
 class ServiceAPI:
-    """Thread-safe (requests.Session with a pooled adapter) client of the cachesvc HTTP API."""
+    """Thread-safe (requests.Session with a pooled adapter) client of the cachesvc HTTP API.
 
-    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 30.0, pool: int = 32):
-        if not url:
-            raise CacheClientError("no service URL: pass url= or set CACHESVC_URL (e.g. http://cachesvc:8787)")
-        self.base = url.rstrip("/") + "/"
+    ``timeout``: the default deadline of one call, in seconds. ``connect_timeout``: how long all
+    attempts to connect may take before the service counts as down (see the module docstring).
+    """
+
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 30.0, pool: int = 32, *,
+                 connect_timeout: float = CONNECT_TIMEOUT):
+        self.base = check_url(url)
         self.token = token
-        self.timeout = timeout
-        self.session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=pool, pool_maxsize=pool, max_retries=0)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        self.session.headers["User-Agent"] = f"cachesvc-client/{__version__}"
+        self.timeout, self.connect_timeout = timeout, connect_timeout
+        self.session = guarded_session(pool, f"cachesvc-client/{__version__}")
 
     # -- plumbing -----------------------------------------------------------
     def absolute(self, url: str) -> str:
@@ -42,34 +98,81 @@ class ServiceAPI:
             return {"Authorization": f"Bearer {self.token}"}
         return {}
 
-    def call(self, method: str, path: str, deadline: Optional[float] = None, **kw) -> Any:
-        """JSON request with retries until ``deadline`` (monotonic seconds; default now + timeout)."""
+    def call(self, method: str, path: str, deadline: Optional[float] = None, *,
+             check: Optional[Callable[[Any], Any]] = None, **kw) -> Any:
+        """A JSON request, retried until ``deadline`` (monotonic seconds; default now + timeout).
+
+        Returns the parsed answer, passed through ``check`` (an ``answers`` checker) when given. Raises
+        ServiceUnavailable (unreachable, 5xx, no whole answer by the deadline), MalformedAnswer, or the
+        CacheClientError for the service's error answer.
+        """
         url = self.absolute(path)
-        deadline = deadline or time.monotonic() + self.timeout
+        started = time.monotonic()
+        at = deadline or started + self.timeout
         headers = {**kw.pop("headers", {}), **self.auth_headers(url)}
-        delay = 0.2
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ServiceUnavailable(f"{method} {url}: no answer within {self.timeout:.0f} s")
-            try:
-                resp = self.session.request(method, url, headers=headers, timeout=(min(5.0, left), left), **kw)
-                if resp.status_code not in (502, 503, 504):
-                    raise_for_response(resp)
-                    return resp.json()
-                problem = f"{resp.status_code} {resp.text[:200]}"
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            if deadline - time.monotonic() <= delay:
-                raise ServiceUnavailable(f"{method} {url}: {problem}")
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        delay, connecting_since = 0.1, None
+        late = f"{method} {where(url)}: no whole answer"
+        with Deadline(at, f"the call's {max(0.0, at - started):.1f} s deadline") as limit:
+            while True:
+                attempt = time.monotonic()
+                limit.check(late)
+                connect_left = self.connect_timeout - (attempt - (connecting_since or attempt))
+                try:
+                    with limit.guard():
+                        answer = self._send(method, url, headers, (max(0.05, min(connect_left, limit.left())),
+                                                                   max(0.05, limit.left())), kw)
+                    limit.check(late)  # cut off: what arrived may look whole (headers ended by the cut)
+                    if answer.status_code not in (502, 503, 504):
+                        return self._parsed(answer, check)
+                    problem = _problem(answer)
+                except requests.RequestException as exc:
+                    limit.check(late)
+                    problem = f"{method} {where(url)}: {describe_failure(exc)}"
+                    if _connect_failed(exc):
+                        connecting_since = connecting_since or attempt
+                        if time.monotonic() - connecting_since + delay >= self.connect_timeout:
+                            raise ServiceUnavailable(
+                                f"cannot reach {where(self.base).rstrip('/')} ({describe_failure(exc)}; tried for "
+                                f"{time.monotonic() - connecting_since:.1f} s): {method} {urlsplit(url).path}; "
+                                "check the URL and that the service is up") from None
+                    else:
+                        connecting_since = None
+                if limit.left() <= delay:
+                    raise ServiceUnavailable(problem)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _send(self, method: str, url: str, headers: dict, timeout: tuple, kw: dict) -> Answer:
+        """One request; its body read up to MAX_ANSWER bytes (MalformedAnswer beyond)."""
+        resp = self.session.request(method, url, headers=headers, timeout=timeout, stream=True, **kw)
+        try:
+            body, size = [], 0
+            for chunk in resp.iter_content(_CHUNK):
+                size += len(chunk)
+                if size > MAX_ANSWER:
+                    raise MalformedAnswer(f"{method} {where(url)}: the answer runs past {MAX_ANSWER} bytes",
+                                          status=resp.status_code)
+                body.append(chunk)
+        finally:
+            resp.close()
+        return Answer(method, resp.url, resp.status_code, resp.reason, resp.headers, b"".join(body))
+
+    @staticmethod
+    def _parsed(answer: Answer, check: Optional[Callable[[Any], Any]]) -> Any:
+        raise_for_response(answer)
+        try:
+            doc = answer.json()
+            return check(doc) if check is not None else doc
+        except answers.Malformed as exc:
+            shown = "" if answer.headers.get("Content-Type", "").startswith("application/json") else \
+                f"; {answer.status_code}, {excerpt(answer)}"
+            raise MalformedAnswer(f"{answer.method} {where(answer.url)}: the answer is malformed ({exc}{shown}); "
+                                  "is the URL a cachesvc service?", status=answer.status_code) from None
 
     # -- endpoints ----------------------------------------------------------
     def resolve(self, key: dict, deadline: Optional[float] = None, fallbacks: Sequence[str] = (),
                 fallback_max_bytes: Optional[int] = None, kind: str = "inductor-dir") -> dict:
-        import json
-
+        """The checked resolve answer (``answers.resolve``)."""
         params = {"name": key["name"], "shape": key["shape"],
                   "tags": json.dumps(key["tags"], sort_keys=True), **key["env"]}
         if fallbacks:
@@ -78,7 +181,7 @@ class ServiceAPI:
             params["fallback_max_bytes"] = str(fallback_max_bytes)
         if kind != "inductor-dir":  # services before artifact kinds know only the default
             params["kind"] = kind
-        return self.call("GET", "/api/v1/resolve", deadline=deadline, params=params)
+        return self.call("GET", "/api/v1/resolve", deadline=deadline, params=params, check=answers.resolve)
 
     def create_version(self, body: dict) -> dict:
         return self.call("POST", "/api/v1/versions", json=body)
@@ -92,7 +195,7 @@ class ServiceAPI:
         return self.call("POST", f"/api/v1/versions/{version_id}/packs", json={"packs": packs})["targets"]
 
     def verdict(self, body: dict) -> dict:
-        return self.call("POST", "/api/v1/verdicts", json=body)
+        return self.call("POST", "/api/v1/verdicts", json=body, check=answers.json_object)
 
     def entries(self, **filters) -> dict:
-        return self.call("GET", "/api/v1/entries", params=filters)
+        return self.call("GET", "/api/v1/entries", params=filters, check=answers.json_object)

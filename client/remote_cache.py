@@ -38,11 +38,8 @@ entry to its local cache dir only when it compiled it, not when the remote
 cache served it: keep the remote cache on in every process of the fleet,
 and publish snapshots from processes that compiled.
 
-**Never fails the process.** Every request has a short timeout and no
-retry; any error is logged (once per kind) and answered as a miss (GET) or
-dropped (PUT). After a failure the backend stays quiet for ``cooldown``
-seconds, so a service that is down costs one timeout per cooldown, not one
-per compile. A 403 on PUT (a read-only token) stops puts and keeps reads.
+**Never fails the process; checks what it hands Inductor**: see
+``cachesvc_client.remote_backend``, the byte-level backend over HTTP.
 
 In the compile worker processes Inductor starts for GPU kernels the hook is
 not set; the autotune cache those workers create is rebuilt in this process
@@ -52,18 +49,16 @@ importable there (Inductor builds a lazy Redis client that is never used).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import threading
-import time
 from typing import Dict, Optional, Tuple
 
-import requests
-from requests.adapters import HTTPAdapter
-
-from . import __version__, keys
+from . import keys
+from .errors import CacheClientError
 from .fingerprint import environment
+from .http import check_url
+from .remote_backend import MAX_VALUE, BackendStats, HTTPBackend, new_session  # noqa: F401 - public here too
 
 log = logging.getLogger("cachesvc_client.remote_cache")
 
@@ -78,128 +73,6 @@ CACHES: Dict[str, Tuple[str, str, str]] = {
 #: graph without Triton kernels (a CPU graph has no backend hash), so the compile itself fails
 DEFAULT_CACHES = ("fx-graph", "aot-autograd", "autotune")
 _REMOTE_CACHE_MODULE = "torch._inductor.remote_cache"
-
-
-@dataclasses.dataclass
-class BackendStats:
-    hits: int = 0
-    misses: int = 0
-    puts: int = 0
-    errors: int = 0
-    skipped: int = 0  # calls not made during a cooldown, or puts after a 403
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-class HTTPBackend:
-    """Inductor's byte-level remote-cache backend (``get(key) -> bytes | None``, ``put(key, bytes)``) over HTTP.
-
-    Thread-safe. Never raises from ``get`` or ``put``.
-    """
-
-    def __init__(self, url: str, cache: str, env: Dict[str, str], token: Optional[str] = None,
-                 timeout: float = 5.0, cooldown: float = 30.0, session: Optional[requests.Session] = None):
-        self.base = f"{url.rstrip('/')}/api/v1/remote-cache/{keys.check_cache_name(cache)}/"
-        self.cache = cache
-        self.params = keys.check_env(env)
-        self.timeout = (min(2.0, timeout), timeout)  # (connect, read)
-        self.cooldown = cooldown
-        self.session = session or new_session(token)
-        self.stats = BackendStats()
-        self._quiet_until = 0.0
-        self._can_put = True
-        self._warned: set = set()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def wire_key(key: str) -> str:
-        """Inductor's key as sent: unchanged when it fits the service's rules, else its sha256 (same on every host)."""
-        try:
-            return keys.check_remote_key(key)
-        except keys.InvalidKey:
-            return "sha256-" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
-
-    def get(self, key: str) -> Optional[bytes]:
-        if self._quiet():
-            return None
-        try:
-            resp = self.session.get(self.base + self.wire_key(key), params=self.params, timeout=self.timeout)
-        except requests.RequestException as exc:
-            return self._failed("get", f"{type(exc).__name__}: {exc}")
-        if resp.status_code == 200 and resp.headers.get("Content-Type", "").startswith("application/octet-stream"):
-            self.stats.hits += 1
-            return resp.content
-        if resp.status_code == 404:
-            self.stats.misses += 1
-            return None
-        return self._failed("get", _problem(resp))
-
-    def put(self, key: str, data: bytes) -> None:
-        if not self._can_put or self._quiet():
-            return None
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        try:
-            resp = self.session.put(self.base + self.wire_key(key), params=self.params, data=data,
-                                    headers={"Content-Type": "application/octet-stream"}, timeout=self.timeout)
-        except requests.RequestException as exc:
-            return self._failed("put", f"{type(exc).__name__}: {exc}")
-        if resp.status_code == 201:
-            self.stats.puts += 1
-        elif resp.status_code == 413:  # too large for the service: it stays in the local cache
-            self._warn_once("413", "cachesvc remote cache %s: a value of %d bytes is over the service's limit; "
-                            "such values stay local", self.cache, len(data))
-        elif resp.status_code == 403:
-            self._can_put = False
-            self._warn_once("403", "cachesvc remote cache %s: the token may read but not write (%s); this "
-                            "process reads from the remote cache and stops putting", self.cache, _problem(resp))
-        else:
-            self._failed("put", _problem(resp))
-        return None
-
-    # -- failure handling -------------------------------------------------------------------
-    def _quiet(self) -> bool:
-        if time.monotonic() < self._quiet_until:
-            with self._lock:
-                self.stats.skipped += 1
-            return True
-        return False
-
-    def _failed(self, op: str, problem: str) -> None:
-        with self._lock:
-            self.stats.errors += 1
-            self._quiet_until = time.monotonic() + self.cooldown
-        self._warn_once(op, "cachesvc remote cache %s: %s failed (%s); treated as a miss, compiling locally; "
-                        "next try in %.0f s", self.cache, op, problem, self.cooldown)
-        return None
-
-    def _warn_once(self, kind: str, msg: str, *args) -> None:
-        with self._lock:
-            first = kind not in self._warned
-            self._warned.add(kind)
-        log.log(logging.WARNING if first else logging.DEBUG, msg, *args)
-
-
-def _problem(resp: requests.Response) -> str:
-    try:
-        err = resp.json()["error"]
-        return f"{resp.status_code} {err['code']}: {err['message']}"
-    except Exception:  # not our JSON: a proxy, a wrong URL
-        return f"{resp.status_code} {resp.text[:200]!r}"
-
-
-def new_session(token: Optional[str]) -> requests.Session:
-    session = requests.Session()
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    session.headers["User-Agent"] = f"cachesvc-client/{__version__}"
-    if token:
-        session.headers["Authorization"] = f"Bearer {token}"
-    return session
-
-
 # -- the hook -------------------------------------------------------------------------------
 
 def check_hook(cache: str) -> Optional[str]:
@@ -248,14 +121,14 @@ def _backend_factory(backend: HTTPBackend):
 
 def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, *,
                         caches: Tuple[str, ...] = DEFAULT_CACHES, timeout: float = 5.0, cooldown: float = 30.0,
-                        env: Optional[Dict[str, str]] = None) -> RemoteCacheStatus:
+                        env: Optional[Dict[str, str]] = None, max_bytes: int = MAX_VALUE) -> RemoteCacheStatus:
     """Make Inductor use cachesvc as its remote FX-graph and autotune cache in this process.
 
     Args:
         url: the service, default ``$CACHESVC_URL``. token: default ``$CACHESVC_TOKEN`` (read scope reads,
             write scope also puts).
-        caches: which of ``CACHES`` to hook. timeout: seconds per request. cooldown: seconds without
-            requests after a failure.
+        caches: which of ``CACHES`` to hook. timeout: seconds per request, in all. cooldown: seconds
+            without requests after a failure. max_bytes: the largest value taken from the service.
         env: the environment fingerprint naming the namespace, default ``environment()``.
 
     Returns a RemoteCacheStatus. Never raises for a missing hook, a missing URL, a bad fingerprint or an
@@ -272,6 +145,11 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
     reason = "no service URL: pass url= or set CACHESVC_URL" if not url else None
     if reason is None:
         try:
+            check_url(url)
+        except CacheClientError as exc:
+            reason = exc.message
+    if reason is None:
+        try:
             env = keys.check_env(env if env is not None else environment())
         except keys.InvalidKey as exc:
             reason = f"bad environment fingerprint ({exc}): fix CACHESVC_ENV_* or env="
@@ -286,7 +164,7 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
             if problem is None:
                 try:
                     backend = HTTPBackend(url, cache, env, token, timeout=timeout, cooldown=cooldown,
-                                          session=session)
+                                          session=session, max_bytes=max_bytes)
                     _install(cache, backend)
                     status.enabled[cache] = backend
                 except Exception as exc:  # a torch that refuses the attribute or the flag: never fail

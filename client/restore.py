@@ -1,15 +1,22 @@
 """Restore: resolve the key, then fetch, verify and place every file.
 
 Guarantees:
+- The resolve answer is checked whole before anything is written
+  (``answers.resolve``): a malformed one is a miss (MalformedAnswer).
 - Nothing is written outside the roots: manifest paths must pass
-  ``keys.check_relpath`` (else the whole manifest is refused), and no folder
-  between a root and a file may be a symlink.
-- Every file is verified (sha256 of the decoded bytes, or for a large zstd
-  blob the sha256 of the stored bytes the service itself checked, see
-  ``transfer.download``) in a temp file beside its target and renamed into place: no reader sees half a file, and an
-  interrupted restore leaves only whole files (plus ``.cachesvc-<pid>-*.tmp``
-  leftovers, which publish ignores and the next restore removes once their
-  process is gone).
+  ``keys.check_relpath`` and name no path twice or as both file and folder
+  (else the whole manifest is refused), and no folder between a root and a
+  file may be a symlink.
+- Every file is decoded within its declared size (``decoding``) and verified
+  (sha256 of the decoded bytes, or for a large zstd blob the sha256 of the
+  stored bytes the service itself checked, see ``download.download``) in a
+  temp file beside its target and renamed into place: no reader sees half a
+  file. No temp file remains when ``restore()`` returns, by any path; a
+  restore that is killed leaves only whole files plus
+  ``.cachesvc-<pid>-*.tmp`` leftovers, which publish ignores and the next
+  restore removes once their process is gone.
+- The budget holds whatever the servers do (``deadlines``): transfers still
+  running at its end are cut off and their files left out.
 - Small blobs may lie in packs (``cachesvc_client.packing``): a pack is read
   whole or by ``Range`` runs, and each member is decoded, verified and placed
   on its own, so a bad member fails only its files.
@@ -29,22 +36,21 @@ once; different content: the first listed wins and the report says so.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
-import shutil
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from filelock import FileLock, Timeout
 
-from . import keys, packing, roots as roots_mod, transfer
-from .errors import CacheClientError, IntegrityError, ServiceUnavailable
+from . import roots as roots_mod, transfer
+from .deadlines import Deadline
+from .errors import IntegrityError, ServiceUnavailable
+from .fetching import Fetcher
 from .http import ServiceAPI
-from .progress import Progress
 from .publish import torch_dir
 from .report import RestoreReport
 
@@ -54,16 +60,24 @@ STATE_DIR = ".cachesvc"
 
 
 def check_manifest(files: List[dict]) -> None:
-    """Refuse a manifest whole if any row breaks the key and path rules."""
+    """Refuse a manifest whole when it lists one path twice or a path both as a file and as a folder of
+    others (no file system holds both; one of them could only fail at its rename). Its rows were checked
+    one by one (``answers.resolve``: types and the path rules)."""
+    seen, folders = set(), set()
     for f in files:
-        try:
-            keys.check_role(f["root"])
-            keys.check_relpath(f["path"])
-            keys.check_digest(f["sha256"])
-            keys.check_size(f["size"])
-        except (keys.InvalidKey, KeyError, TypeError) as exc:
-            raise IntegrityError(f"the service sent a manifest that breaks the path rules ({exc}); "
-                                 "nothing was restored") from None
+        where = (f["root"], f["path"])
+        if where in seen:
+            _refuse(f"it lists {f['root']}:{f['path']} twice")
+        seen.add(where)
+        parts = f["path"].split("/")
+        folders.update((f["root"], "/".join(parts[:i])) for i in range(1, len(parts)))
+    clash = next((w for w in seen if w in folders), None)
+    if clash is not None:
+        _refuse(f"{clash[0]}:{clash[1]} is listed as a file and as a folder of other files")
+
+
+def _refuse(why: str) -> None:
+    raise IntegrityError(f"the service sent a manifest that breaks the path rules ({why}); nothing was restored")
 
 
 def safe_target(root_real: str, relpath: str) -> str:
@@ -165,23 +179,6 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _place(tmp: str, targets: List[Tuple[str, int]]) -> None:
-    """Rename the verified temp file onto its first target; copy it to the others (making their folders)."""
-    first, mode = targets[0]
-    for other, other_mode in targets[1:]:
-        os.makedirs(os.path.dirname(other), exist_ok=True)
-        other_tmp = f"{other}.cachesvc-{os.getpid()}-{threading.get_ident()}.tmp"
-        try:
-            shutil.copyfile(tmp, other_tmp)
-            os.chmod(other_tmp, other_mode)
-            os.replace(other_tmp, other)
-        finally:
-            if os.path.exists(other_tmp):
-                os.unlink(other_tmp)
-    os.chmod(tmp, mode)
-    os.replace(tmp, first)
-
-
 def stamp_file(cache_dir: str) -> str:
     """``<inductor root>/.cachesvc/restored.json``, where restores into ``cache_dir`` record what they placed."""
     return os.path.join(os.path.realpath(roots_mod.resolve_root("inductor", cache_dir)), STATE_DIR, "restored.json")
@@ -194,15 +191,22 @@ def load_stamp(cache_dir: str) -> dict:
 
 
 def dedup_files(files: List[dict]) -> Tuple[List[dict], List[str]]:
-    """Keep the first row of each (root, path); return (rows, "root:path" of those listed with other content)."""
+    """Keep the first row of each (root, path); return (rows, "root:path" of those listed with other content).
+
+    A row whose path is a folder of a kept file, or lies under one, conflicts with it as well: the
+    first listed wins there too."""
     seen: Dict[Tuple[str, str], str] = {}
+    folders: set = set()
     out, conflicts = [], []
     for f in files:
         where = (f["root"], f["path"])
-        if where not in seen:
+        parts = f["path"].split("/")
+        above = [(f["root"], "/".join(parts[:i])) for i in range(1, len(parts))]
+        if where not in seen and where not in folders and not any(p in seen for p in above):
             seen[where] = f["sha256"]
+            folders.update(above)
             out.append(f)
-        elif seen[where] != f["sha256"] and f"{f['root']}:{f['path']}" not in conflicts:
+        elif seen.get(where) != f["sha256"] and f"{f['root']}:{f['path']}" not in conflicts:
             conflicts.append(f"{f['root']}:{f['path']}")
     return out, conflicts
 
@@ -212,73 +216,121 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
             fallback_max_bytes: Optional[int] = None) -> RestoreReport:
     """Restore the newest version of ``key`` into this process's roots. See the module docstring.
 
-    ``budget``: seconds the whole restore may take (waiting for another rank's
-    lock included); transfers still running then are cut off and their files
-    left out (reported in ``failed``). None: no limit beyond the timeouts.
-    Raises CacheClientError subclasses on service or storage trouble; the
-    caller (CacheClient.restore) turns them into a miss unless strict.
+    ``budget``: seconds the whole restore may take (resolving and waiting for
+    another rank's lock included), whatever the servers do: transfers still
+    running then are cut off and their files left out (reported in
+    ``failed``). None: no limit beyond the timeouts. ``timeout`` bounds the
+    resolve. Raises CacheClientError subclasses on service or storage trouble
+    (MalformedAnswer for an answer that breaks its shape); the caller
+    (CacheClient.restore) turns them into a miss unless strict. No temp file
+    of this restore remains when it returns, by any path.
     """
     start = time.monotonic()
-    deadline = None if budget is None else start + budget
-    lock_timeout = 600.0 if budget is None else budget
     report = RestoreReport.for_key(key, started_at=time.time())
-    answer = api.resolve(key, deadline=min(start + timeout, deadline or float("inf")), fallbacks=fallbacks,
-                         fallback_max_bytes=fallback_max_bytes)
-    if not answer.get("hit"):
-        report.reason = answer.get("reason", "no match")
-        report.nearest = answer.get("nearest", [])
-        report.seconds = time.monotonic() - start
-        return report
-    files, blobs, version = answer["files"], answer["blobs"], answer["version"]
-    check_manifest(files)
+    with Deadline(None if budget is None else start + budget) as deadline:
+        answer = api.resolve(key, deadline=deadline.bound(timeout),
+                             fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes)
+        if not answer["hit"]:
+            report.reason, report.nearest = answer["reason"], answer["nearest"]
+        else:
+            files = _accept(report, answer)
+            local = local_roots(files, cache_dir)
+            report.roots = {r: p for r, p in local.items() if p}
+            inductor = os.path.realpath(roots_mod.resolve_root("inductor", cache_dir))
+            state_dir = os.path.join(inductor, STATE_DIR)
+            os.makedirs(state_dir, exist_ok=True)
+            with locked(os.path.join(state_dir, "restore.lock"), deadline):
+                fetch_files(api, report, files, answer["blobs"], local, state_dir, workers=workers,
+                            stall_timeout=stall_timeout, deadline=deadline)
+            report.hit = report.files + report.files_present > 0 and len(report.failed) < len(files)
+            if not report.hit:
+                report.reason = f"no file could be restored: {report.failed[0] if report.failed else 'empty version'}"
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _accept(report: RestoreReport, answer: dict) -> List[dict]:
+    """Fill the report from a hit's answer; return the files to restore (a fallback's union deduplicated)."""
+    files, version = answer["files"], answer["version"]
     report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
     report.versions = [version["id"]]
-    if answer.get("fallback"):
-        report.fallback, report.reason = answer["fallback"]["step"], answer.get("reason", "")
-        report.versions, report.fallback_entries = answer["fallback"]["versions"], answer["fallback"]["entries"]
+    if answer["fallback"]:
+        fallback = answer["fallback"]
+        report.fallback, report.reason = fallback["step"], answer["reason"]
+        report.versions, report.fallback_entries = fallback["versions"], fallback["entries"]
         files, conflicts = dedup_files(files)
         if conflicts:
             report.warnings.append(f"{len(conflicts)} path(s) have different content in the fallback versions; "
                                    f"kept version {report.versions[0]}'s first: {conflicts[0]}")
-    published_torch = (version.get("meta") or {}).get("torch_dir")
+    check_manifest(files)
+    published_torch = version["meta"].get("torch_dir")
     here = torch_dir()
     if published_torch and here and published_torch != here:
         report.warnings.append(f"torch is installed at {here} here but was at {published_torch} when published: "
                                "Inductor's C++ kernels key on that path and will be rebuilt; install torch at the "
                                "same path in every container")
+    return files
 
+
+def local_roots(files: List[dict], cache_dir: str) -> Dict[str, Optional[str]]:
+    """role -> the real local folder of each root the files name (None: a role this client does not know)."""
     local: Dict[str, Optional[str]] = {}
     for role in {f["root"] for f in files}:
         try:
             local[role] = os.path.realpath(roots_mod.resolve_root(role, cache_dir))
         except ValueError:
             local[role] = None  # published by a newer client; this one does not know where it goes
-    report.roots = {r: p for r, p in local.items() if p}
-    inductor = os.path.realpath(roots_mod.resolve_root("inductor", cache_dir))
-    state_dir = os.path.join(inductor, STATE_DIR)
-    os.makedirs(state_dir, exist_ok=True)
+    return local
 
+
+@contextlib.contextmanager
+def locked(path: str, deadline: Deadline) -> Iterator[None]:
+    """Hold the restore lock at ``path``, waiting for it until ``deadline`` (600 s without one). Raises
+    ServiceUnavailable when another process holds it that long."""
+    wait = 600.0 if deadline.at is None else max(0.0, deadline.left())
+    lock = FileLock(path, timeout=wait)
     try:
-        with FileLock(os.path.join(state_dir, "restore.lock"), timeout=max(0.0, lock_timeout - (time.monotonic() - start))):
-            _fetch_all(api, report, files, blobs, local, state_dir, workers, stall_timeout, deadline)
+        lock.acquire()
     except Timeout:
-        raise ServiceUnavailable(f"another process held {state_dir}/restore.lock past the restore's "
-                                 f"{lock_timeout:.0f} s") from None
-    report.hit = report.files + report.files_present > 0 and len(report.failed) < len(files)
-    if not report.hit:
-        report.reason = f"no file could be restored: {report.failed[0] if report.failed else 'empty version'}"
-    report.seconds = time.monotonic() - start
-    return report
+        raise ServiceUnavailable(f"another process held {path} past the restore's {wait:.0f} s") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
-def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs: Dict[str, dict],
-               local: Dict[str, Optional[str]], state_dir: str, workers: int, stall_timeout: float,
-               deadline: Optional[float]) -> None:
+def fetch_files(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs: Dict[str, dict],
+                local: Dict[str, Optional[str]], state_dir: str, *, workers: int, stall_timeout: float,
+                deadline: Deadline) -> None:
+    """Bring ``files`` into their ``local`` roots (files present with the right content stay), counting into
+    ``report``; record what was placed in ``state_dir``'s stamp. Call it holding the restore lock."""
     stamp = _Stamp(state_dir)
     stamp_id = report.version_id if len(report.versions) == 1 else "+".join(map(str, report.versions))
-    known = stamp.load(stamp_id)
-    wanted: Dict[str, List[Tuple[str, int]]] = {}  # digest -> [(target, mode)]
-    placed: Dict[str, str] = {}                    # "role/path" -> target
+    wanted, placed = _plan(report, files, blobs, local, stamp.load(stamp_id))
+    swept = sweep_temps({os.path.dirname(t) for t in placed.values()})
+    if swept:
+        log.info("removed %d temp file(s) left by an interrupted restore", swept)
+    fetcher = Fetcher(api, blobs, wanted, stall_timeout=stall_timeout, deadline=deadline)
+    missing = set()
+    for digest, problem in fetcher.fetch_all(report.name, workers).items():
+        targets = wanted[digest]
+        if problem is None:
+            report.files += len(targets)
+            report.bytes += blobs[digest]["stored_size"]
+            report.bytes_written += blobs[digest]["size"] * len(targets)
+        else:
+            for t, _ in targets:
+                report.failed.append(f"{t}: {problem}")
+                missing.add(t)
+    stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing}, report.stamp_record())
+
+
+def _plan(report: RestoreReport, files: List[dict], blobs: Dict[str, dict], local: Dict[str, Optional[str]],
+          known: Dict[str, Tuple[int, int]]) -> Tuple[Dict[str, list], Dict[str, str]]:
+    """(digest -> [(target, mode)] still to fetch, "role/path" -> target of every file to be in place);
+    files already in place are counted, files that cannot be placed are reported failed."""
+    wanted: Dict[str, list] = {}
+    placed: Dict[str, str] = {}
     for f in files:
         label = f"{f['root']}:{f['path']}"
         root = local[f["root"]]
@@ -304,109 +356,4 @@ def _fetch_all(api: ServiceAPI, report: RestoreReport, files: List[dict], blobs:
             continue
         wanted.setdefault(f["sha256"], []).append((target, 0o755 if f["mode"] & 0o111 else 0o644))
         placed[k] = target
-
-    swept = sweep_temps({os.path.dirname(t) for t in placed.values()})
-    if swept:
-        log.info("removed %d temp file(s) left by an interrupted restore", swept)
-    total = sum(blobs[d]["stored_size"] for d in wanted)
-    storage_down = threading.Event()
-
-    def twice(what: str, op: Callable[[], object]) -> Tuple[bool, object]:
-        """``op()`` tried up to twice: (True, its result) or (False, why it failed). A second failure to
-        reach storage marks it down, so the other workers give up instead of waiting out their own."""
-        problem = ""
-        for attempt in (1, 2):
-            if storage_down.is_set():
-                return False, "storage unreachable; gave up"
-            if deadline is not None and time.monotonic() >= deadline:
-                return False, "the restore's time budget ran out"
-            try:
-                return True, op()
-            except ServiceUnavailable as exc:
-                problem = exc.message
-                if attempt == 2:
-                    storage_down.set()
-            except (CacheClientError, OSError) as exc:
-                problem = getattr(exc, "message", None) or str(exc)
-            log.debug("%s: attempt %d failed: %s", what, attempt, problem)
-        return False, problem
-
-    def fetch(digest: str) -> Optional[str]:
-        """One blob, downloaded, verified and placed at each of its targets. Returns the problem (None: placed)."""
-        blob, targets = blobs[digest], wanted[digest]
-        url = api.absolute(blob["url"])
-
-        def once() -> None:
-            os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
-            tmp = transfer.download(url, api.auth_headers(url), blob["encoding"], digest, blob["size"],
-                                    os.path.dirname(targets[0][0]), stall_timeout,
-                                    lambda n: progress.advance(0, n), cutoff, blob.get("stored_sha256"))
-            _place(tmp, targets)
-            progress.advance(len(targets), 0)
-
-        ok, problem = twice(f"blob {digest[:12]}", once)
-        return None if ok else str(problem)
-
-    def fetch_run(pack_url: str, byte_range, members: list) -> Dict[str, Optional[str]]:
-        """One GET of a pack (a run of its members, or all of it); each member is verified and placed on
-        its own, so a bad member fails only its files. Returns digest -> problem (None: placed)."""
-        url = api.absolute(pack_url)
-        out: Dict[str, Optional[str]] = {}
-        ok, got = twice(f"pack run {byte_range}", lambda: transfer.fetch_bytes(
-            url, api.auth_headers(url), byte_range, stall_timeout, lambda n: progress.advance(0, n), cutoff,
-            what=f"pack {members[0][1].get('pack_sha256', '')[:12]}"))
-        if not ok:
-            return {digest: str(got) for digest, _b in members}
-        data, base = got
-        view = memoryview(data)
-        for digest, b in members:
-            targets = wanted[digest]
-            lo = b["offset"] - base
-            try:
-                if lo < 0 or lo + b["stored_size"] > len(data):
-                    raise IntegrityError(f"blob {digest[:12]}: its pack slice lies outside the bytes received")
-                os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
-                tmp = transfer.write_member(view[lo:lo + b["stored_size"]], b["encoding"], digest, b["size"],
-                                            os.path.dirname(targets[0][0]))
-                _place(tmp, targets)
-                progress.advance(len(targets), 0)
-                out[digest] = None
-            except (CacheClientError, OSError) as exc:
-                out[digest] = getattr(exc, "message", None) or str(exc)
-        return out
-
-    # Packed blobs: grouped by pack, read in runs (cachesvc_client.packing); the rest one GET each.
-    by_pack: Dict[str, list] = {}
-    for d in wanted:
-        if blobs[d].get("pack"):
-            by_pack.setdefault(blobs[d]["pack_sha256"], []).append((d, blobs[d]))
-    jobs = [(members[0][1]["pack"], rng, run) for members in by_pack.values()
-            for rng, run in packing.runs(members, members[0][1].get("pack_size"))]
-    loose = [d for d in wanted if not blobs[d].get("pack")]
-
-    nfiles = sum(len(t) for t in wanted.values())
-    with Progress(f"restore {report.name}", nfiles, total, log) as progress, transfer.Cutoff(deadline) as cutoff:
-        # Largest first: a restore's critical path is its biggest blob (a 150 MB
-        # precompiled header on CPU); started at once, the small ones (and the
-        # pack runs) fill the other workers around it instead of delaying it.
-        order = sorted(loose, key=lambda d: blobs[d]["size"], reverse=True)
-        problems: Dict[str, Optional[str]] = {}
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            loose_done = pool.map(fetch, order)
-            runs_done = pool.map(lambda job: fetch_run(*job), jobs)
-            problems.update(zip(order, loose_done))
-            for got in runs_done:
-                problems.update(got)
-        missing = set()
-        for digest, problem in problems.items():
-            targets = wanted[digest]
-            if problem is None:
-                report.files += len(targets)
-                report.bytes += blobs[digest]["stored_size"]
-                report.bytes_written += blobs[digest]["size"] * len(targets)
-            else:
-                for t, _ in targets:
-                    report.failed.append(f"{t}: {problem}")
-                    missing.add(t)
-    stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing},
-               report.stamp_record())
+    return wanted, placed

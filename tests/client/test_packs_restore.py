@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from cachesvc.models import Blob, Pack
-from cachesvc_client import CacheClient, packing, transfer
+from cachesvc_client import CacheClient, download, packing
 from tests.helpers import ENV, sha
 
 NAME, SHAPE = "packed", "f32[4]"
@@ -41,13 +41,13 @@ def read_all(root: Path) -> dict:
 def spy(monkeypatch):
     """The byte ranges restore asks of packs (None: the whole pack); the real fetch runs."""
     seen = []
-    real = transfer.fetch_bytes
+    real = download.fetch_bytes
 
     def fetch_bytes(url, headers, byte_range, *args, **kw):
         seen.append(byte_range)
         return real(url, headers, byte_range, *args, **kw)
 
-    monkeypatch.setattr(transfer, "fetch_bytes", fetch_bytes)
+    monkeypatch.setattr(download, "fetch_bytes", fetch_bytes)
     return seen
 
 

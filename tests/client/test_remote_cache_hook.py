@@ -62,7 +62,7 @@ def test_inductor_fx_graph_cache_goes_through_cachesvc(live_server, tokens):
     value = {"data": "QUJD", "time_taken_ms": 5}
     cache.put("fgraphkey", value)
     assert FxGraphCache.get_remote_cache().get("fgraphkey") == value
-    assert status.stats()["fx-graph"] == {"hits": 1, "misses": 1, "puts": 1, "errors": 0, "skipped": 0}
+    assert status.stats()["fx-graph"] == {"hits": 1, "misses": 1, "puts": 1, "errors": 0, "skipped": 0, "rejected": 0}
     # Inductor's key reaches the service unchanged: another client reads it by that key
     raw = live_server.app.test_client().get("/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::fgraphkey:c1",
                                             query_string=ENV, headers={"Authorization": f"Bearer {tokens['read']}"})
@@ -131,7 +131,7 @@ def test_an_unreachable_service_is_a_miss_then_a_quiet_cooldown(caplog):
         assert backend.get("k") is None
         backend.put("k", b"v")
         assert backend.get("k") is None
-    assert backend.stats.to_dict() == {"hits": 0, "misses": 0, "puts": 0, "errors": 1, "skipped": 2}
+    assert backend.stats.to_dict() == {"hits": 0, "misses": 0, "puts": 0, "errors": 1, "skipped": 2, "rejected": 0}
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "treated as a miss" in warned[0].getMessage()
 
@@ -163,6 +163,6 @@ def test_a_value_over_the_limit_stays_local_without_an_error(live_server, tokens
     live_server.app.extensions["cachesvc"].settings["REMOTE_CACHE_MAX_BYTES"] = 100
     backend = remote_cache.HTTPBackend(live_server.url, "fx-graph", ENV, token=tokens["write"])
     backend.put("big", b"x" * 101)
-    assert backend.stats.to_dict() == {"hits": 0, "misses": 0, "puts": 0, "errors": 0, "skipped": 0}
+    assert backend.stats.to_dict() == {"hits": 0, "misses": 0, "puts": 0, "errors": 0, "skipped": 0, "rejected": 0}
     backend.put("small", b"x" * 100)
     assert backend.get("small") == b"x" * 100

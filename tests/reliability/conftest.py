@@ -53,7 +53,11 @@ def start_service(tmp_path) -> Iterator[Callable[..., ServiceProcess]]:
 
 def make_files(root: Path, sizes: Dict[str, int]) -> Dict[str, bytes]:
     """Random (incompressible) files of the given sizes under ``root``; returns relpath -> bytes."""
-    files = {rel: os.urandom(size) for rel, size in sizes.items()}
+    return write_files(root, {rel: os.urandom(size) for rel, size in sizes.items()})
+
+
+def write_files(root: Path, files: Dict[str, bytes]) -> Dict[str, bytes]:
+    """``files`` (relpath -> bytes) written under ``root``; returns them."""
     for rel, data in files.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)

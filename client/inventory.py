@@ -172,8 +172,9 @@ def service_stats(api: ServiceAPI, days: int) -> dict:
 _STATS = (("entries", "entries", str), ("versions", "versions", str), ("blobs", "blobs", str),
           ("stored_bytes", "stored", format_size), ("logical_bytes", "logical (before dedup)", format_size),
           ("dedup_ratio", "dedup ratio", lambda r: f"{r:.2f}x"), ("publishes", "publishes", str),
-          ("restores", "restores", str), ("hits", "hits", str), ("misses", "misses", str),
-          ("hit_rate", "hit rate", lambda r: _percent(r)), ("fallbacks", "fallback restores", str),
+          ("restores", "restores", str), ("misses", "misses", str),
+          ("restore_rate", "restore rate", lambda r: _percent(r)), ("hits", "verified hits", str),
+          ("hit_rate", "hit rate (verdicts)", lambda r: _percent(r)), ("fallbacks", "fallback restores", str),
           ("compile_seconds_saved", "compile time saved", lambda s: _duration(s)), ("gc_runs", "GC runs", str))
 
 
@@ -187,8 +188,9 @@ def stats_text(stats: dict, days: int) -> str:
     text = "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
     daily = (stats.get("daily") or [])[-days:] if days else []
     if daily:
-        text += "\n\n" + table(["DATE", "STORED", "PUBLISHES", "HITS", "MISSES"],
-                               [[d["date"], format_size(d["stored_bytes"]), d["publishes"], d["hits"], d["misses"]]
+        text += "\n\n" + table(["DATE", "STORED", "PUBLISHES", "RESTORES", "MISSES", "HITS"],
+                               [[d["date"], format_size(d["stored_bytes"]), d["publishes"], d.get("restores", "-"),
+                                 d["misses"], d["hits"]]
                                 for d in daily])
     return text
 

@@ -79,7 +79,7 @@ def receive(storage: Storage, digest: str, encoding: str, body: BinaryIO, size: 
     """Stream ``body`` into a temp file beside storage and check that it is ``encoding`` of blob ``digest``
     (``size`` decoded bytes; decoding stops one byte past it). Returns (the temp file, the blob's row
     values): the caller stores it (``store``) or deletes it. Raises InvalidRequest, leaving no file."""
-    tmp_dir = getattr(storage, "temp_dir", tempfile.gettempdir)()
+    tmp_dir = storage.temp_dir()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-")
     try:
         with os.fdopen(fd, "wb") as out:

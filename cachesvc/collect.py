@@ -387,7 +387,6 @@ def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime
     result["delete_failures"] += packs.pop("pack_delete_failures")
     result.update(packs)
     result.update(_sweep_orphans(db, storage))
-    sweep_incoming = getattr(storage, "sweep_incoming", None)  # local backend: uploads cut off mid-body
     lease = settings["UPLOAD_LEASE_SECONDS"] + LEASE_MARGIN.total_seconds()
-    result["incoming_deleted"] = sweep_incoming(lease - (now - utcnow()).total_seconds()) if sweep_incoming else 0
+    result["incoming_deleted"] = storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
     return result

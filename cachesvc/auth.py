@@ -167,6 +167,7 @@ def session_principal(svc) -> Principal:
         cookie_session.clear()
         g.signed_out = True
         return ANONYMOUS
+    g.signed_in = True  # by the cookie (the pages offer to sign out), not by a bearer token
     return principal
 
 

@@ -145,5 +145,5 @@ def logout():
 def _who():
     """``me`` (the principal) and ``is_admin`` for every template (the nav, the admin controls)."""
     me = auth.current()
-    return {"me": me, "is_admin": auth.includes(me.scope, "admin"), "signed_in": me.token_id is not None}
+    return {"me": me, "is_admin": auth.includes(me.scope, "admin"), "signed_in": getattr(g, "signed_in", False)}
 

@@ -191,8 +191,10 @@ def test_stats_count_dedup_restores_misses_verdicts_and_compile_seconds_saved(cl
 
 
 def test_index_page_groups_by_name_and_filters_without_javascript(client, catalog):
-    html = client.get("/").get_data(as_text=True)
+    page = client.get("/")
+    html = page.get_data(as_text=True)
     assert "<script" not in html
+    assert "Set-Cookie" not in page.headers, "a bearer token's request starts no session"
     assert re.findall(r"<h2>([^<]+)</h2>", html) == ["bert", "mlp"]
     assert html.count('<tr class="entry">') == 6
     filtered = client.get("/", query_string={"torch": "2.12.0"}).get_data(as_text=True)
@@ -260,6 +262,7 @@ def test_index_searches_flags_problems_and_fills_shared_bytes_and_hit_rates(clie
     assert '<span class="shared-bytes">1.0 kB</span>' in page
     assert re.search(r'id="entry-hit-rate"><span[^>]*>100 %</span> \(1 of 1 verdicts\)', page)
     assert "<th>compile seconds saved</th><td>7.0</td>" in page
+    assert '<span class="hit-rate"><span title="1 of 1 verdicts saw hits">100 %</span></span>' in page, "per version"
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # a real client process: once is enough

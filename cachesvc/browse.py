@@ -84,9 +84,14 @@ def list_entries(session: Session, args: dict) -> dict:
             for e, size, newest, published, verdict in page]
     kinds = _kinds(session, [r["id"] for r in rows])
     shared = shared_bytes(session, [r["newest_version_id"] for r in rows])
+    purged = dict(session.execute(
+        select(Version.entry_id, func.count(Version.id)).where(Version.state == "purged", *of_kind,
+                                                               Version.entry_id.in_([r["id"] for r in rows]))
+        .group_by(Version.entry_id)).all()) if rows else {}
     for r in rows:
         r["kinds"] = kinds.get(r["id"], [])
         r["shared_bytes"] = shared.get(r["newest_version_id"], 0)
+        r["purged_versions"] = purged.get(r["id"], 0)  # purged, not yet removed by GC
     nxt = args["offset"] + len(rows)
     return {"total": total, "limit": args["limit"], "offset": args["offset"], "sort": args.get("sort", "newest"),
             "next_offset": nxt if nxt < total else None, "entries": rows}

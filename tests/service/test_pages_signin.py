@@ -153,6 +153,8 @@ def test_admin_purges_a_version_from_its_page_after_a_dry_run_preview(people, to
     assert f"version_id={new['id']}" in records
     after = people.get(f"/entries/{new['entry_id']}", headers=HTML).get_data(as_text=True)
     assert re.search(rf"<td>{new['id']} <strong>purged</strong>", after)
+    assert "+1 purged" in people.get("/", headers=HTML).get_data(as_text=True)
+    assert people.get("/admin/audit", query_string={"action": "nope"}, headers=HTML).status_code == 400
     nothing = people.get("/admin/purge", query_string={"version": new["id"]}, headers=HTML).get_data(as_text=True)
     assert 'id="nothing"' in nothing and 'id="confirm"' not in nothing
     assert people.get("/admin/purge", query_string={"version": "x"}, headers=HTML).status_code == 400

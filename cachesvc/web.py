@@ -70,7 +70,7 @@ def index():
         r["verdicts"] = rates.get(r["id"])
     rows = sorted(page["entries"], key=lambda r: r["name"])  # keep the chosen order within each name
     groups = [(name, list(items)) for name, items in groupby(rows, key=lambda r: r["name"])]
-    query = {k: v for k, v in args.items() if k not in ("limit", "offset")}
+    query = {("q" if k == "search" else k): v for k, v in args.items() if k not in ("limit", "offset")}
     return render_template("index.html", page=page, groups=groups, args=args, query=query, sorts=SORTS,
                            fields=browse.FILTER_FIELDS, kinds=keys.KINDS)
 

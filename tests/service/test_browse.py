@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import html as html_lib
 import json
 import re
 
@@ -233,7 +234,7 @@ def _rows(html: str) -> list:
     return re.findall(r'<tr class="entry">(.*?)</tr>', html, re.S)
 
 
-def test_index_searches_flags_problems_and_fills_shared_bytes_and_hit_rates(client):
+def test_index_searches_flags_problems_and_fills_shared_bytes_and_hit_rates(client, monkeypatch):
     common = b"c" * 1000
     resnet = publish(client, {"common.bin": common, "a.py": b"a"}, key(name="resnet50", shape="f32[8,3,224,224]"),
                      compile_seconds=9.0)["version"]
@@ -247,6 +248,7 @@ def test_index_searches_flags_problems_and_fills_shared_bytes_and_hit_rates(clie
     assert len(by_shape) == 1 and "i64[1,128]" in by_shape[0]
     assert len(_rows(client.get("/", query_string={"q": "mlp_"}).get_data(as_text=True))) == 1
     assert _rows(client.get("/", query_string={"q": "%"}).get_data(as_text=True)) == [], "LIKE wildcards are literal"
+
 
     rows = {re.search(r"<code>([^<]+)</code>", r).group(1): r for r in _rows(client.get("/").get_data(as_text=True))}
     shared = {shape: re.search(r'class="num shared">([^<]*)<', r).group(1) for shape, r in rows.items()}
@@ -264,10 +266,18 @@ def test_index_searches_flags_problems_and_fills_shared_bytes_and_hit_rates(clie
     assert "<th>compile seconds saved</th><td>7.0</td>" in page
     assert '<span class="hit-rate"><span title="1 of 1 verdicts saw hits">100 %</span></span>' in page, "per version"
 
+    from cachesvc import web
+
+    monkeypatch.setattr(web, "PAGE", 1)  # the next page of a search keeps the search
+    first = client.get("/", query_string={"q": "E"}).get_data(as_text=True)  # bert, resnet50
+    nxt = html_lib.unescape(re.search(r'<a rel="next" href="([^"]+)"', first).group(1))
+    assert "q=E" in nxt
+    assert {len(_rows(first)), len(_rows(client.get(nxt).get_data(as_text=True)))} == {1}
+    assert _rows(first) != _rows(client.get(nxt).get_data(as_text=True))
+
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # a real client process: once is enough
 def test_each_version_shows_a_restore_command_that_restores_it(live_server, client, tokens, tmp_path):
-    import html as html_lib
     import os
     import subprocess
     import sys

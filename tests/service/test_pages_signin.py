@@ -181,3 +181,26 @@ def test_admin_creates_a_token_seen_once_and_revokes_it(people, tokens, app):
     assert fleet.get("/api/v1/entries", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
     audit = people.get("/admin/audit", headers=HTML).get_data(as_text=True)
     assert "token.create" in audit and "token.revoke" in audit
+
+
+@SQLITE
+def test_replicas_with_one_secret_key_honour_each_others_sign_ins_and_others_do_not(app, tokens, tmp_path,
+                                                                                     database_url, storage_settings):
+    import cachesvc
+
+    made = []
+
+    def replica(**settings):
+        other = cachesvc.create_app({"TESTING": True, "DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": database_url,
+                                     "ANONYMOUS_READ": False, "TOKEN_CACHE_SECONDS": 0, **storage_settings, **settings})
+        made.append(other)
+        return other.test_client()
+
+    first, second = replica(SECRET_KEY="one key for all"), replica(SECRET_KEY="one key for all")
+    assert sign_in(first, tokens["read"]).status_code == 303
+    cookie = first.get_cookie("cachesvc_session")
+    for c, status in ((second, 200), (replica(), 401), (replica(SECRET_KEY="another key"), 401)):
+        c.set_cookie("cachesvc_session", cookie.value)
+        assert c.get("/", headers=HTML).status_code == status
+    for other in made:
+        other.extensions["cachesvc"].db.engine.dispose()

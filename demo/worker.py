@@ -107,6 +107,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=0, help="after the first call: time this many calls (steady state)")
     p.add_argument("--also-batch", type=int, default=0, metavar="N",
                    help="after the first call, call once more with batch N (another shape) and compare with eager")
+    p.add_argument("--scale-weights", type=float, default=None, metavar="F",
+                   help="multiply every parameter by F after building the model (same structure, other weights)")
     p.add_argument("--linger", action="store_true",
                    help="after printing RESULT, stay alive until stdin closes (a long-running process)")
     p.add_argument("--after-hook", default=None, metavar="MODULE:FUNC",
@@ -130,6 +132,10 @@ def main() -> None:
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     model, inputs = build(args.model, args.device)
+    if args.scale_weights is not None:
+        with torch.no_grad():
+            for param in model.parameters():
+                param.mul_(args.scale_weights)
     shape = shape_signature(*inputs)
     precompiled = args.kind in ("aot-function", "pt2-package")
     report = None

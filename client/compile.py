@@ -112,7 +112,7 @@ class CompiledModel:
         why = route_aoti.check_host(report.meta, self.device)
         if why is None:
             try:
-                self._runner = route_aoti.Runner(report.artifacts[0], self.model, self.device)
+                self._runner = route_aoti.Runner(report.artifacts[0], route_aoti.live_constants(self.model), self.device)
             except CacheClientError as exc:
                 why = exc.message
         if why:

@@ -4,8 +4,9 @@ Runs in one background thread so the process keeps serving. The package is
 built from a copy of the model while holding Dynamo's compile lock, so a
 recompile in the serving thread waits instead of running under the
 builder's Inductor config patches. Before anything is published the package
-is loaded the way a hit loads it and compared with eager on the example
-inputs: a package that does not reproduce the model is never published.
+is run the way a hit runs it, in a fresh child process (route_aoti.verify),
+and compared with eager on the example inputs: a package that does not
+reproduce the model, or whose loader crashes, is never published.
 """
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ class Publisher:
             started = time.monotonic()
             with convert_frame.compile_lock:
                 route_aoti.build(c.model, c.example_inputs, path, mode=c.mode)
-                route_aoti.verify(path, c.model, c.example_inputs, c.device)
             build_seconds = time.monotonic() - started
+            route_aoti.verify(path, c.model, c.example_inputs, c.device)
             meta = dict(artifacts.artifact_meta(route_aoti.KIND, c.example_inputs, c.device),
                         **route_aoti.host_meta(c.device), structure=c.tags["structure"])
             report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path, meta,

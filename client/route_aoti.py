@@ -17,7 +17,11 @@ process with the C++ loader), so the loader is used directly.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, Optional, Sequence
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from .artifacts import LoadFailed
 
@@ -94,22 +98,27 @@ def build(model: Any, example_inputs: Sequence[Any], path: str, *, mode: Optiona
             return torch._inductor.aoti_compile_and_package(exported, package_path=path)
 
 
-class Runner:
-    """A loaded package bound to a model's live tensors: ``runner(*tensors)`` returns what the model would."""
+def live_constants(model: Any) -> Dict[str, Any]:
+    """The model's parameters and buffers by fully qualified name (what the package's constants are called)."""
+    return {name: t.detach() for name, t in (*model.named_parameters(), *model.named_buffers())}
 
-    def __init__(self, path: str, model: Any, device: str):
+
+class Runner:
+    """A loaded package bound to live tensors: ``runner(*tensors)`` returns what the model would."""
+
+    def __init__(self, path: str, constants: Mapping[str, Any], device: str):
         import torch
         from torch.utils import _pytree as pytree
 
         index = -1 if device == "cpu" else (torch.device(device).index or 0)
         try:
             self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, index)
-            live = {**dict(model.named_parameters()), **dict(model.named_buffers())}
             fqns = list(self._loader.get_constant_fqns())
-            missing = [f for f in fqns if f not in live]
+            missing = [f for f in fqns if f not in constants]
             if missing:
                 raise LoadFailed(f"the package wants constants the model lacks: {missing[:3]}")
-            self._loader.load_constants({f: live[f].detach() for f in fqns}, False, True, True)
+            # user_managed: the package reads the model's own tensors, no copy (in-place updates are seen)
+            self._loader.load_constants({f: constants[f] for f in fqns}, False, True, True)
             self._out_spec = pytree.treespec_loads(self._loader.get_call_spec()[1])
         except LoadFailed:
             raise
@@ -127,17 +136,26 @@ def tolerance(dtype: Any) -> float:
     return {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(dtype, 1e-3)
 
 
-def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str) -> None:
-    """Load the built package as a hit would and compare it with eager on the example inputs; raise on a difference."""
+def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *, timeout: float = 300) -> None:
+    """Run the built package in a child process, as a fresh hit would, and compare it with eager; raise on a
+    difference or a crash. A child: a loader that dies (torch 2.11's did on the H200) takes only the child."""
     import torch
     from torch.utils import _pytree as pytree
 
     twin = copy.deepcopy(model)
     with torch.no_grad():
-        got = pytree.tree_leaves(Runner(path, twin, device)(*example_inputs))
         want = pytree.tree_leaves(twin(*example_inputs))
+    with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
+        given, back = os.path.join(tmp, "given.pt"), os.path.join(tmp, "back.pt")
+        torch.save({"constants": live_constants(twin), "inputs": list(example_inputs)}, given)
+        done = subprocess.run([sys.executable, "-m", f"{__package__}.aoti_child", path, given, back, device],
+                              capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+            raise LoadFailed(f"the package failed in a fresh process (exit {done.returncode}): {tail[0][:300]}")
+        got = torch.load(back, map_location="cpu")
     if len(got) != len(want):
         raise LoadFailed(f"the package returned {len(got)} outputs; eager {len(want)}")
     for g, w in zip(got, want):
         tol = tolerance(w.dtype)
-        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+        torch.testing.assert_close(g, w.cpu(), rtol=tol, atol=tol)

@@ -162,7 +162,11 @@ class CompiledModel:
     # -- publish after a miss ----------------------------------------------------------------------
 
     def _start_publish(self) -> None:
-        key = self.client.key(self.name, self.shape, self.tags)
+        try:
+            key = self.client.key(self.name, self.shape, self.tags)
+        except Exception as exc:  # noqa: BLE001 - e.g. a bad env file: the call's result is still good
+            log.warning("cachesvc compile %s: not publishing: %s", self.name, exc)
+            return
         self._publisher = compile_publish.Publisher(self, key)
         self._publisher.start()
 

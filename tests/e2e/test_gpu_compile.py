@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.slow,
 
 MODELS = os.environ.get("CACHESVC_GPU_COMPILE_MODELS", "resnet50,vit_b_16").split(",")
 STEPS = "50"
+GPU_TOL = 5e-2
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,8 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     row["step_x_compiled"] = warm["step_ms"] / floor["step_ms"] if floor.get("step_ms") else None
     record(**row)
     assert cold["publish"]["done"] and cold["publish"]["snapshot"]["status"] == "committed", cold["publish"]
-    assert warm["max_abs_diff"] < 1e-2 and cold["max_abs_diff"] < 1e-2
+    # TF32 convolutions: torch.compile's own ResNet-50 output is 0.018 from eager's on the H200 (docs/gpu/run12)
+    assert warm["max_abs_diff"] < GPU_TOL and cold["max_abs_diff"] < GPU_TOL
     artifact = cold["publish"]["artifact"]
     if artifact.get("status") != "committed":  # no package (this torch's loader failed the check): compiled
         assert warm["compile"]["source"] == "compiled", warm["compile"]

@@ -57,3 +57,14 @@ def test_the_route_is_aoti_for_tensors_and_inductor_else_torch(monkeypatch):
     monkeypatch.setenv("CACHESVC_COMPILE_ROUTE", "nope")
     with pytest.raises(CacheClientError, match="aoti, torch"):
         choose_route((x,), {})
+
+
+def test_importing_the_client_with_compile_imports_no_torch():
+    import json
+    import subprocess
+    import sys
+
+    code = "import json, sys, cachesvc_client; cachesvc_client.compile; print(json.dumps('torch' in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) is False

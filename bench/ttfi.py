@@ -54,7 +54,7 @@ from typing import Dict, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import workdir, log, make_tarball, service, service_source, write_json
-from bench.ttfi_rows import print_summary, sample_row, summarize
+from bench.ttfi_rows import chart_ready, print_summary, sample_row, summarize
 from demo.containers import Container
 from demo.s3server import S3Server
 from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
@@ -285,6 +285,7 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--contenders", default=",".join(CONTENDERS))
     p.add_argument("--out", default=None, help="write the JSON here")
+    p.add_argument("--chart", default=None, help="write a PNG of the time to first output here")
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed)")
     p.add_argument("--steps", type=int, default=50, help="calls timed after the first (steady state)")
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
@@ -334,6 +335,8 @@ def main(argv=None) -> dict:
         print_summary(doc["rows"])
         if args.out:
             write_json(Path(args.out), doc)
+        if args.chart:
+            chart_ready(doc["rows"], args.chart)
         return doc
     finally:
         if redis_db:

@@ -62,3 +62,27 @@ def print_summary(rows: List[dict]) -> None:
                 [[f"{r['model']} {r['contender']}", r["n"], r["restore_s"], r["first_call_s"], r["total_s"],
                   r["x_floor"], r["ready_s"], r["x_eager"], r["ready_x_floor"], r["step_ms"], r["step_x_compiled"]]
                  for r in rows]), flush=True)
+
+
+def chart_ready(rows: List[dict], path: str) -> None:
+    """Bars of the time to first output per contender and model, with each model's eager time as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in rows if r["model"] == model and r["ready_s"] is not None]
+        ax.barh([r["contender"] for r in mine], [r["ready_s"] for r in mine], color="#4c72b0")
+        eager = next((r["ready_s"] for r in mine if r["contender"] == "eager"), None)
+        if eager:
+            ax.axvline(eager, color="#dd8452", linestyle="--", label="eager")
+            ax.axvline(1.5 * eager, color="#c44e52", linestyle=":", label="1.5x eager")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.set_title(f"{model}: process start to first output")
+        ax.set_xlabel("seconds (median)")
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

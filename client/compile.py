@@ -51,7 +51,8 @@ def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> "tuple[str, str]":
+def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any],
+                 mode: Optional[str] = None) -> "tuple[str, str]":
     """(route, why): the best route this torch offers for these inputs and options."""
     forced = os.environ.get(ROUTE_VAR, "").strip()
     if forced:
@@ -61,6 +62,8 @@ def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> "t
     backend = kwargs.get("backend", "inductor")
     if backend != "inductor":
         return "torch", f"backend {backend!r} (the precompiled route is Inductor's)"
+    if mode and "reduce-overhead" in mode:  # the package runs without CUDA graphs: slower at steady state
+        return "torch", f"mode {mode!r} (CUDA graphs: the package has no graph capture)"
     why = compile_spec.tensor_inputs(example_inputs) or route_aoti.loader_support()
     return ("torch", why) if why else ("aoti", "AOTInductor package + C++ loader")
 
@@ -80,7 +83,7 @@ class CompiledModel:
         self.device = str(example_inputs[0].device) if example_inputs and isinstance(
             example_inputs[0], torch.Tensor) else "cpu"
         self.shape = shape_signature(*example_inputs)
-        self.route, self.route_reason = choose_route(example_inputs, torch_compile_kwargs)
+        self.route, self.route_reason = choose_route(example_inputs, torch_compile_kwargs, mode)
         self.tags = {**dict(tags or {}), "mode": mode or "default", "compile": self.route,
                      "structure": compile_spec.structure_fingerprint(model),
                      "options": _options_digest(mode, torch_compile_kwargs)}

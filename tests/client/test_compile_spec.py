@@ -52,6 +52,8 @@ def test_the_route_is_aoti_for_tensors_and_inductor_else_torch(monkeypatch):
     assert choose_route((x,), {})[0] == "aoti"
     assert choose_route((x,), {"backend": "eager"})[0] == "torch"
     assert choose_route((x, 3), {})[0] == "torch"
+    assert choose_route((x,), {}, "reduce-overhead")[0] == "torch"
+    assert choose_route((x,), {}, "max-autotune")[0] == "aoti"
     monkeypatch.setenv("CACHESVC_COMPILE_ROUTE", "torch")
     assert choose_route((x,), {})[0] == "torch"
     monkeypatch.setenv("CACHESVC_COMPILE_ROUTE", "nope")

@@ -5,9 +5,9 @@ import datetime as dt
 import json
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from sqlalchemy import and_, insert, select
+from sqlalchemy import and_, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from cachesvc_client import keys
 
@@ -76,12 +76,37 @@ def find_entry(session: Session, name: str, shape: str, tags: Dict[str, str], en
     return entry
 
 
+#: "Newest" is the version committed last (``Version.commit_seq``), whatever the order of the ids
+NEWEST_FIRST = (Version.commit_seq.desc(), Version.id.desc())
+
+
+def lock_entry(session: Session, entry_id: int) -> Entry:
+    """The entry, locked for the rest of the transaction, so that commits of one key happen one at a time:
+    a row lock (``SELECT ... FOR UPDATE``) on PostgreSQL; on SQLite the publish already holds the database's
+    write lock (``collect.store_lock``), which serialises every writer."""
+    return session.scalars(select(Entry).where(Entry.id == entry_id).with_for_update()).one()
+
+
+def next_commit_seq(session: Session) -> int:
+    """The commit number of a version being committed now: one more than any so far. Call it holding the
+    key's lock (``lock_entry``): then the numbers of one key strictly increase in the order of commits."""
+    return int(session.scalar(select(func.coalesce(func.max(Version.commit_seq), 0)))) + 1
+
+
 def newest_committed(session: Session, entry_id: int, kind: str = keys.DEFAULT_KIND) -> Optional[Version]:
-    """The entry's newest committed version of ``kind``."""
+    """The entry's newest (last committed) committed version of ``kind``."""
     return session.scalars(
         select(Version).where(Version.entry_id == entry_id, Version.kind == kind, Version.state == "committed")
-        .order_by(Version.id.desc()).limit(1)
+        .order_by(*NEWEST_FIRST).limit(1)
     ).first()
+
+
+def newest_version_id(entry_id) -> "select":
+    """A scalar subquery: the id of the newest committed version (any kind) of the entry ``entry_id``
+    (a column to correlate with)."""
+    inner = aliased(Version)
+    return (select(inner.id).where(inner.entry_id == entry_id, inner.state == "committed")
+            .order_by(inner.commit_seq.desc(), inner.id.desc()).limit(1).correlate_except(inner).scalar_subquery())
 
 
 def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, str], env: Dict[str, str],
@@ -92,7 +117,7 @@ def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, st
     row = session.execute(
         select(Entry, Version).outerjoin(Version, committed)
         .where(Entry.key_digest == keys.key_digest(name, shape, tags, env))
-        .order_by(Version.id.desc()).limit(1)
+        .order_by(*NEWEST_FIRST).limit(1)
     ).first()
     return (row[0], row[1]) if row else (None, None)
 

@@ -28,14 +28,21 @@ from cachesvc_client import keys
 
 from . import admission, blobs, collect, index, merging, packs as packs_mod
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
-from .models import Blob, Entry, Event, PendingPack, Version, VersionFile, utcnow
+from .models import Blob, Event, PendingPack, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
+
+
+#: the client's own state under the inductor root (cachesvc_client.restore.STATE_DIR): never a cache file
+STATE_DIR = ".cachesvc"
 
 
 def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) -> Dict[str, int]:
     """Validate the manifest as a whole; return digest -> size."""
     if len(files) > max_files:
         raise PayloadTooLarge(f"{len(files)} files in one version; the limit is {max_files} (CACHESVC_MAX_FILES)")
+    if not files:
+        raise InvalidRequest("the manifest is empty: a version without files would hide the key's newest one; "
+                             "publish after the compile has written its cache", {"field": "files"})
     seen = set()
     sizes: Dict[str, int] = {}
     for f in files:
@@ -43,6 +50,9 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
         if where in seen:
             raise InvalidRequest(f"duplicate path {f['root']}:{f['path']} in manifest")
         seen.add(where)
+        if f["path"].split("/", 1)[0] == STATE_DIR:
+            raise InvalidRequest(f"file {f['root']}:{f['path']} is in {STATE_DIR}/, the client's own restore state, "
+                                 "which is never published", {"field": "files.path"})
         if f["root"] not in roots:
             raise InvalidRequest(f"file {f['path']} names root {f['root']!r}, which is not in roots")
         if sizes.setdefault(f["sha256"], f["size"]) != f["size"]:
@@ -67,6 +77,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     collect.store_lock(session)  # GC must see this pending version, or run wholly before it
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id, body["kind"])
+    body = dict(body, meta=merging.without_base(body["meta"]))
     if body.get("merge") and body["kind"] == keys.DEFAULT_KIND:  # only directory snapshots are unioned
         files, body = merging.union(session, newest, body)
         sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
@@ -129,8 +140,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     version = index.get_or_404(session, Version, version_id, "version")
     if version.state == "committed":
         return {"status": "committed", "version": index.version_summary(version)}
-    # Serialise commits of one key (PostgreSQL row lock; SQLite serialises writers anyway).
-    entry = session.scalars(select(Entry).where(Entry.id == version.entry_id).with_for_update()).one()
+    entry = index.lock_entry(session, version.entry_id)  # commits of one key, one at a time
     if version.lease_expires_at and version.lease_expires_at < utcnow():
         raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
 
@@ -155,13 +165,17 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
     direct_bytes += index.insert_blobs(session, packed)
 
+    merging.catch_up(session, version)
+    if version.file_count == 0:  # recorded before empty manifests were refused
+        raise InvalidRequest(f"version {version_id} has no files: a version without files would hide the key's "
+                             "newest one; publish again after the compile has written its cache", {"field": "files"})
     newest = index.newest_committed(session, entry.id, version.kind)
-    merging.catch_up(session, version, newest)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
         session.delete(version)  # a concurrent publisher committed the same content first
         return {"status": "unchanged", "version": index.version_summary(newest)}
     version.state = "committed"
     version.committed_at = utcnow()
+    version.commit_seq = index.next_commit_seq(session)
     version.lease_expires_at = None
     session.add(Event(kind="publish", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes))
     session.flush()

@@ -32,10 +32,6 @@ from .models import Blob, Event, PendingPack, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
 
 
-#: the client's own state under the inductor root (cachesvc_client.restore.STATE_DIR): never a cache file
-STATE_DIR = ".cachesvc"
-
-
 def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) -> Dict[str, int]:
     """Validate the manifest as a whole; return digest -> size."""
     if len(files) > max_files:
@@ -50,9 +46,6 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
         if where in seen:
             raise InvalidRequest(f"duplicate path {f['root']}:{f['path']} in manifest")
         seen.add(where)
-        if f["path"].split("/", 1)[0] == STATE_DIR:
-            raise InvalidRequest(f"file {f['root']}:{f['path']} is in {STATE_DIR}/, the client's own restore state, "
-                                 "which is never published", {"field": "files.path"})
         if f["root"] not in roots:
             raise InvalidRequest(f"file {f['path']} names root {f['root']!r}, which is not in roots")
         if sizes.setdefault(f["sha256"], f["size"]) != f["size"]:

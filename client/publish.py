@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
 from . import __version__, driver_helpers, packing, roots as roots_mod, transfer
-from .errors import BlobsMissing, ServiceUnavailable
+from .errors import BlobsMissing, InvalidRequest, ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
 from .report import PublishReport
@@ -100,8 +100,14 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     version's metadata. With ``merge`` the service unions the manifest with the key's newest version
     (``cachesvc.merging``), so publishers that restored it converge."""
     start = time.monotonic()
+    wanted = roots
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
+    if not files:  # an empty version would hide the key's good one
+        raise InvalidRequest("nothing to publish: " + ", ".join(f"{r.path} ({'empty' if r in roots else 'missing'})"
+                                                               for r in wanted)
+                             + " holds no cache files; publish after the compile, from the process (or cache dir) "
+                               "that ran it", code="empty_manifest")
     roots = driver_helpers.add(files, where, roots)  # Triton's driver helper where a restored process looks
     log.info("publish %s: %d files, %.1f MB in %d roots, hashed in %.1f s", key["name"], len(files),
              sum(f["size"] for f in files) / 1e6, len(roots), time.monotonic() - start)

@@ -5,7 +5,7 @@ import datetime as dt
 import json
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from sqlalchemy import and_, func, insert, select
+from sqlalchemy import and_, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
@@ -36,14 +36,42 @@ def insert_ignore(session: Session, model, rows: List[dict]) -> None:
     session.execute(mod.insert(model).on_conflict_do_nothing(), rows)
 
 
+#: rows per statement of a bulk insert (PostgreSQL sends each column as one array)
+BULK_ROWS = 10_000
+
+
+def _pg_bulk_insert(session: Session, model, rows: List[dict], *, ignore_conflicts: bool = False,
+                    returning: Optional[str] = None) -> list:
+    """INSERT ... SELECT FROM unnest(one array per column) on PostgreSQL: a statement per BULK_ROWS rows
+    with one parameter per column, where an executemany or a multi-row VALUES sends (and psycopg parses)
+    one parameter per cell. Returns the ``returning`` column of the inserted rows."""
+    table = model.__table__
+    names = list(rows[0])
+    dialect = session.get_bind().dialect
+    arrays = ", ".join(f"CAST(:{n} AS {table.c[n].type.compile(dialect)}[])" for n in names)
+    sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT * FROM unnest({arrays})"
+           + (" ON CONFLICT DO NOTHING" if ignore_conflicts else "")
+           + (f" RETURNING {returning}" if returning else ""))
+    out = []
+    for i in range(0, len(rows), BULK_ROWS):
+        chunk = rows[i:i + BULK_ROWS]
+        result = session.execute(text(sql), {n: [r[n] for r in chunk] for n in names})
+        if returning:
+            out += result.scalars().all()
+    return out
+
+
 def insert_blobs(session: Session, rows: List[dict]) -> int:
     """Record stored blobs (ignoring ones already known) and a ``stored`` event with the new bytes.
     All ``rows`` carry the same keys (loose rows and packed rows go in separate calls)."""
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
-    mod = postgresql if dialect == "postgresql" else sqlite
-    added = session.execute(mod.insert(Blob).on_conflict_do_nothing().returning(Blob.stored_size), rows).scalars().all()
+    if dialect == "postgresql":
+        added = _pg_bulk_insert(session, Blob, rows, ignore_conflicts=True, returning="stored_size")
+    else:
+        added = session.execute(sqlite.insert(Blob).on_conflict_do_nothing().returning(Blob.stored_size),
+                                rows).scalars().all()
     if added:
         session.add(Event(kind="stored", bytes=sum(added)))
     return sum(added)
@@ -51,10 +79,14 @@ def insert_blobs(session: Session, rows: List[dict]) -> int:
 
 def insert_version_files(session: Session, version_id: int, files: List[dict]) -> None:
     """The manifest rows of a version (``files`` as the publish schema loads them)."""
-    if files:
-        session.execute(insert(VersionFile), [
-            {"version_id": version_id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
-             "size": f["size"], "mode": f["mode"] & 0o777} for f in files])
+    if not files:
+        return
+    rows = [{"version_id": version_id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
+             "size": f["size"], "mode": f["mode"] & 0o777} for f in files]
+    if session.get_bind().dialect.name == "postgresql":
+        _pg_bulk_insert(session, VersionFile, rows)
+    else:
+        session.execute(insert(VersionFile), rows)
 
 
 def get_or_404(session: Session, model, ident, what: str):

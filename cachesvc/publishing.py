@@ -96,12 +96,39 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     session.add(version)
     session.flush()
     index.insert_version_files(session, version.id, files)
-    expires = settings["PRESIGN_EXPIRES"]
-    upload = [{"sha256": d, "size": sizes[d],
-               "targets": {enc: upload_target(storage, d, enc, expires, version.id) for enc in ENCODINGS}}
-              for d in sorted(set(sizes) - set(present))]
+    upload = [{"sha256": d, "size": sizes[d]} for d in sorted(set(sizes) - set(present))]
+    if body.get("inline_targets", True):  # a client from before batched targets
+        expires = settings["PRESIGN_EXPIRES"]
+        for item in upload:
+            item["targets"] = {enc: upload_target(storage, item["sha256"], enc, expires, version.id)
+                               for enc in ENCODINGS}
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
                  "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
+
+
+def blob_targets(session: Session, storage: Storage, settings: dict, version_id: int,
+                 digests: List[str]) -> dict:
+    """``{"targets": [{"sha256", "targets": {encoding: target}}], "stored": [sha256]}`` for blobs of a pending
+    version: a target for each not stored yet (as the create answer would have listed inline), ``stored``
+    for those a concurrent publish stored since (nothing to upload). Raises InvalidRequest for a blob the
+    version does not name, Conflict when the upload lease has run out."""
+    version = index.get_or_404(session, Version, version_id, "version")
+    if version.state != "pending":
+        raise InvalidRequest(f"version {version_id} is {version.state}; targets are for a pending version")
+    if version.lease_expires_at and version.lease_expires_at < utcnow():
+        raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
+    wanted = list(dict.fromkeys(digests))
+    named = set(session.scalars(select(VersionFile.digest).where(VersionFile.version_id == version_id,
+                                                                 VersionFile.digest.in_(wanted))))
+    if len(named) < len(wanted):
+        odd = [d for d in wanted if d not in named]
+        raise InvalidRequest(f"blob {odd[0]} is not a file of version {version_id}; ask only for the blobs its "
+                             "create answer listed", {"field": "blobs", "blobs": odd[:100]})
+    stored = set(index.present_blobs(session, wanted))
+    expires = settings["PRESIGN_EXPIRES"]
+    return {"targets": [{"sha256": d, "targets": {enc: upload_target(storage, d, enc, expires, version_id)
+                                                  for enc in ENCODINGS}} for d in wanted if d not in stored],
+            "stored": sorted(stored)}
 
 
 def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int) -> Optional[Tuple[str, int, Optional[str]]]:

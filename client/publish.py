@@ -28,6 +28,52 @@ log = logging.getLogger("cachesvc_client")
 UPLOAD_ATTEMPTS = 3
 #: commits per publish: a commit that finds blobs missing uploads those again first
 COMMIT_ATTEMPTS = 3
+#: seconds create and commit may take per file of the manifest, on top of the client's per-call timeout:
+#: the service's work on them is linear in the files (validate, record rows, check packs); ~10x what it
+#: needs at CACHESVC_MAX_FILES (docs/benchmarks.md, publish at scale), room for a loaded host
+SECONDS_PER_FILE = 0.0005
+#: blobs per request for upload targets (the service's limit is 1000); targets are fetched just before
+#: their uploads, so presigned URLs do not expire behind a long queue of uploads
+TARGET_BATCH = 500
+
+
+def call_deadline(api: ServiceAPI, files: int) -> float:
+    """The deadline of a create or commit of a manifest of ``files`` files."""
+    return time.monotonic() + api.timeout + files * SECONDS_PER_FILE
+
+
+def create(api: ServiceAPI, body: dict) -> dict:
+    """POST the manifest, asking for upload targets in batches; a service from before that asked again
+    with targets inline (it refuses the field it does not know)."""
+    try:
+        return api.call("POST", "/api/v1/versions", deadline=call_deadline(api, len(body["files"])),
+                        json={**body, "inline_targets": False})
+    except InvalidRequest as exc:
+        if "inline_targets" not in f"{exc.message} {exc.details}":
+            raise
+    return api.call("POST", "/api/v1/versions", deadline=call_deadline(api, len(body["files"])), json=body)
+
+
+def with_targets(api: ServiceAPI, version_id: int, items: List[dict]) -> List[dict]:
+    """``items`` (create answer rows) each with its ``targets``, asked for those that came without; less
+    those a concurrent publish has stored since (nothing to upload)."""
+    need = [i["sha256"] for i in items if "targets" not in i]
+    if not need:
+        return items
+    got = {}
+    for at in range(0, len(need), TARGET_BATCH):
+        answer = api.call("POST", f"/api/v1/versions/{version_id}/uploads", json={"blobs": need[at:at + TARGET_BATCH]})
+        got.update((t["sha256"], t["targets"]) for t in answer["targets"])
+    return [i if "targets" in i else {**i, "targets": got[i["sha256"]]} for i in items
+            if "targets" in i or i["sha256"] in got]
+
+
+def send_loose(api: ServiceAPI, version_id: int, items: List[dict], send, workers: int) -> List[dict]:
+    """Upload loose blobs, a batch of targets at a time."""
+    sent = []
+    for at in range(0, len(items), TARGET_BATCH):
+        sent += pool_map(send, with_targets(api, version_id, items[at:at + TARGET_BATCH]), workers)
+    return sent
 
 
 def pool_map(fn, items: list, workers: int) -> list:
@@ -65,6 +111,13 @@ def keying_warnings() -> List[str]:
             "enable_remote_cache()), which torch puts in the AOTAutograd cache keys: processes restoring this "
             "version without it will hit the FX graph cache but miss AOTAutograd and trace again. Publish "
             "from a process set up like the ones that restore."]
+
+
+def commit(api: ServiceAPI, version_id: int, sent: List[dict], packs: List[dict], files: int) -> dict:
+    uploaded = [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent]
+    body = {"uploaded": uploaded, **({"packs": [{"sha256": p["sha256"], "members": p["members"]} for p in packs]}
+                                     if packs else {})}  # older services refuse "packs"
+    return api.call("POST", f"/api/v1/versions/{version_id}/commit", deadline=call_deadline(api, files), json=body)
 
 
 def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict], Dict[Tuple[str, str], str]]:
@@ -121,7 +174,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid()),
                  "torch_dir": torch_dir() or "", **(meta or {})},
     }
-    answer = api.create_version(body)
+    answer = create(api, body)
     report = PublishReport(status=answer["status"], name=key["name"], shape=key["shape"],
                            version_id=answer["version"]["id"], entry_id=answer["entry"]["id"],
                            files=len(files), bytes=sum(f["size"] for f in files), roots=body["roots"],
@@ -184,11 +237,10 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
                   bytes_bound=True) as progress:
         # packs first: a few large bodies, then the loose blobs fill the workers
         packs = pool_map(send_pack, groups, workers) if groups else []
-        sent = pool_map(send, loose, workers)
+        sent = send_loose(api, report.version_id, loose, send, workers)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                done = api.commit(report.version_id, [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent],
-                                  [{"sha256": p["sha256"], "members": p["members"]} for p in packs])
+                done = commit(api, report.version_id, sent, packs, len(files))
                 break
             except BlobsMissing as exc:
                 # A blob we uploaded is not in storage at commit: another publisher of the same blob
@@ -204,7 +256,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
                 log.info("commit of version %s found %d blob(s) and %d pack(s) missing; uploading them again",
                          report.version_id, len(again), len(packs_again))
                 progress.adjust_total(sum(i["size"] for i in again + [i for p in packs_again for i in p["group"]]))
-                redone = {s["sha256"]: s for s in pool_map(send, again, workers)}
+                redone = {s["sha256"]: s for s in send_loose(api, report.version_id, again, send, workers)}
                 sent = [redone.get(s["sha256"], s) for s in sent]
                 repacked = {p["sha256"]: p for p in pool_map(send_pack, [p["group"] for p in packs_again], workers)}
                 packs = [repacked.get(p["sha256"], p) for p in packs]

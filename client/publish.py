@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, driver_helpers, packing, roots as roots_mod, transfer
+from . import __version__, answers, driver_helpers, packing, roots as roots_mod, transfer
 from .errors import BlobsMissing, InvalidRequest, ServiceUnavailable
 from .http import ServiceAPI
 from .progress import Progress
@@ -54,6 +54,22 @@ def create(api: ServiceAPI, body: dict) -> dict:
     return api.call("POST", "/api/v1/versions", deadline=call_deadline(api, len(body["files"])), json=body)
 
 
+def _targets_answer(doc) -> Dict[str, dict]:
+    """sha256 -> {encoding: target} from an answer of POST /versions/<id>/uploads (Malformed when it is not one)."""
+    rows = answers.json_object(doc).get("targets")
+    if not isinstance(rows, list):
+        raise answers.Malformed("answer.targets must be a list")
+    out = {}
+    for n, row in enumerate(rows):
+        row = answers.json_object(row, f"targets[{n}]")
+        targets = answers.json_object(row.get("targets"), f"targets[{n}].targets")
+        for enc, target in targets.items():
+            answers.url(answers.json_object(target, f"targets[{n}].targets.{enc}").get("url"),
+                        f"targets[{n}].targets.{enc}.url")
+        out[answers.digest(row.get("sha256"), f"targets[{n}].sha256")] = targets
+    return out
+
+
 def with_targets(api: ServiceAPI, version_id: int, items: List[dict]) -> List[dict]:
     """``items`` (create answer rows) each with its ``targets``, asked for those that came without; less
     those a concurrent publish has stored since (nothing to upload)."""
@@ -62,8 +78,8 @@ def with_targets(api: ServiceAPI, version_id: int, items: List[dict]) -> List[di
         return items
     got = {}
     for at in range(0, len(need), TARGET_BATCH):
-        answer = api.call("POST", f"/api/v1/versions/{version_id}/uploads", json={"blobs": need[at:at + TARGET_BATCH]})
-        got.update((t["sha256"], t["targets"]) for t in answer["targets"])
+        got.update(api.call("POST", f"/api/v1/versions/{version_id}/uploads", json={"blobs": need[at:at + TARGET_BATCH]},
+                            check=_targets_answer))
     return [i if "targets" in i else {**i, "targets": got[i["sha256"]]} for i in items
             if "targets" in i or i["sha256"] in got]
 
@@ -146,6 +162,87 @@ def admit(compile_seconds: Optional[float], min_compile_seconds: float) -> str:
     return ""
 
 
+class Uploads:
+    """The uploads of one pending version: loose blobs (targets asked for in batches) and packs of small
+    ones, each retried on a storage hiccup, then the commit (which re-uploads what it finds missing)."""
+
+    def __init__(self, api: ServiceAPI, version_id: int, by_digest: Dict[str, str], progress: Progress, *,
+                 workers: int, transfer_timeout: float):
+        self.api, self.version_id, self.by_digest, self.progress = api, version_id, by_digest, progress
+        self.workers, self.transfer_timeout = workers, transfer_timeout
+
+    def put(self, target: dict, body_file, length: int, what: str) -> None:
+        url = self.api.absolute(target["url"])
+        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+            try:
+                transfer.upload(self.api.session, {**target, "url": url}, self.api.auth_headers(url), body_file,
+                                length, self.transfer_timeout)
+                return
+            except ServiceUnavailable as exc:
+                # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
+                # SDKs retry; so do we. A 4xx is an answer, not a hiccup.
+                if attempt == UPLOAD_ATTEMPTS or (exc.status is not None and exc.status < 500):
+                    raise
+                log.debug("upload of %s failed (%s); retrying", what, exc.message)
+                body_file.seek(0)
+                time.sleep(0.2 * attempt)
+
+    def send(self, item: dict) -> dict:
+        digest = item["sha256"]
+        encoding, body_file, length = transfer.encode(self.by_digest[digest], digest)
+        self.progress.adjust_total(length - item["size"])  # the total starts uncompressed: progress.py
+        try:
+            self.put(item["targets"][encoding], body_file, length, digest[:12])
+        finally:
+            body_file.close()
+        self.progress.advance(1, length)
+        return {"sha256": digest, "encoding": encoding, "length": length}
+
+    def send_pack(self, group: List[dict]) -> dict:
+        index, data = packing.build(group, self.by_digest)
+        self.progress.adjust_total(len(data) - sum(i["size"] for i in group))
+        target = self.api.pack_targets(self.version_id, [{"sha256": index["sha256"], "size": len(data)}])[0]["target"]
+        self.put(target, io.BytesIO(data), len(data), f"pack {index['sha256'][:12]}")
+        self.progress.advance(len(group), len(data))
+        return {**index, "length": len(data), "group": group}
+
+    def loose(self, items: List[dict]) -> List[dict]:
+        return send_loose(self.api, self.version_id, items, self.send, self.workers)
+
+    def all_then_commit(self, todo: List[dict], offer: dict, files: int) -> Tuple[dict, List[dict], List[dict]]:
+        """Upload ``todo`` (the create answer's list; small blobs in packs when the service offers
+        ``packing``) and commit: (the commit answer, the loose blobs sent, the packs sent)."""
+        small = [i for i in todo if offer and i["size"] < offer["max_member"]]
+        loose = [i for i in todo if not (offer and i["size"] < offer["max_member"])]
+        groups = list(packing.groups(small, offer.get("target_size", 0))) if small else []
+        # packs first: a few large bodies, then the loose blobs fill the workers
+        packs = pool_map(self.send_pack, groups, self.workers) if groups else []
+        sent = self.loose(loose)
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return commit(self.api, self.version_id, sent, packs, files), sent, packs
+            except BlobsMissing as exc:
+                # A blob we uploaded is not in storage at commit: another publisher of the same blob
+                # was overwriting it at that instant (some S3 servers delete, then rename), or it was
+                # lost. We still hold the file: upload those again and commit again.
+                missing = set((exc.details or {}).get("missing", []))
+                missing_packs = set((exc.details or {}).get("missing_packs", []))
+                again = [item for item in loose if item["sha256"] in missing]
+                packs_again = [p for p in packs if p["sha256"] in missing_packs]
+                if (attempt == COMMIT_ATTEMPTS or not (again or packs_again) or len(again) < len(missing)
+                        or len(packs_again) < len(missing_packs)):
+                    raise
+                log.info("commit of version %s found %d blob(s) and %d pack(s) missing; uploading them again",
+                         self.version_id, len(again), len(packs_again))
+                self.progress.adjust_total(sum(i["size"] for i in again + [i for p in packs_again for i in p["group"]]))
+                redone = {s["sha256"]: s for s in self.loose(again)}
+                sent = [redone.get(s["sha256"], s) for s in sent]
+                repacked = {p["sha256"]: p for p in pool_map(self.send_pack, [p["group"] for p in packs_again],
+                                                             self.workers)}
+                packs = [repacked.get(p["sha256"], p) for p in packs]
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
             workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True, kind: str = "inductor-dir",
             meta: Optional[Dict[str, str]] = None) -> PublishReport:
@@ -192,74 +289,11 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     for f in files:
         by_digest.setdefault(f["sha256"], where[(f["root"], f["path"])])
     todo = answer["upload"]
-
-    offer = answer.get("packing") or {}
-    small = [i for i in todo if offer and i["size"] < offer["max_member"]]
-    loose = [i for i in todo if not (offer and i["size"] < offer["max_member"])]
-
-    def put(target: dict, body_file, length: int, what: str) -> None:
-        url = api.absolute(target["url"])
-        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
-            try:
-                transfer.upload(api.session, {**target, "url": url}, api.auth_headers(url), body_file, length,
-                                transfer_timeout)
-                return
-            except ServiceUnavailable as exc:
-                # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
-                # SDKs retry; so do we. A 4xx is an answer, not a hiccup.
-                if attempt == UPLOAD_ATTEMPTS or (exc.status is not None and exc.status < 500):
-                    raise
-                log.debug("upload of %s failed (%s); retrying", what, exc.message)
-                body_file.seek(0)
-                time.sleep(0.2 * attempt)
-
-    def send(item: dict) -> dict:
-        digest = item["sha256"]
-        encoding, body_file, length = transfer.encode(by_digest[digest], digest)
-        progress.adjust_total(length - item["size"])  # the total starts uncompressed: progress.py
-        try:
-            put(item["targets"][encoding], body_file, length, digest[:12])
-        finally:
-            body_file.close()
-        progress.advance(1, length)
-        return {"sha256": digest, "encoding": encoding, "length": length}
-
-    def send_pack(group: List[dict]) -> dict:
-        index, data = packing.build(group, by_digest)
-        progress.adjust_total(len(data) - sum(i["size"] for i in group))
-        target = api.pack_targets(report.version_id, [{"sha256": index["sha256"], "size": len(data)}])[0]["target"]
-        put(target, io.BytesIO(data), len(data), f"pack {index['sha256'][:12]}")
-        progress.advance(len(group), len(data))
-        return {**index, "length": len(data), "group": group}
-
-    groups = list(packing.groups(small, offer.get("target_size", 0))) if small else []
     with Progress(f"publish {key['name']}", len(todo), sum(i["size"] for i in todo), log, items="blobs",
                   bytes_bound=True) as progress:
-        # packs first: a few large bodies, then the loose blobs fill the workers
-        packs = pool_map(send_pack, groups, workers) if groups else []
-        sent = send_loose(api, report.version_id, loose, send, workers)
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            try:
-                done = commit(api, report.version_id, sent, packs, len(files))
-                break
-            except BlobsMissing as exc:
-                # A blob we uploaded is not in storage at commit: another publisher of the same blob
-                # was overwriting it at that instant (some S3 servers delete, then rename), or it was
-                # lost. We still hold the file: upload those again and commit again.
-                missing = set((exc.details or {}).get("missing", []))
-                missing_packs = set((exc.details or {}).get("missing_packs", []))
-                again = [item for item in loose if item["sha256"] in missing]
-                packs_again = [p for p in packs if p["sha256"] in missing_packs]
-                if (attempt == COMMIT_ATTEMPTS or not (again or packs_again) or len(again) < len(missing)
-                        or len(packs_again) < len(missing_packs)):
-                    raise
-                log.info("commit of version %s found %d blob(s) and %d pack(s) missing; uploading them again",
-                         report.version_id, len(again), len(packs_again))
-                progress.adjust_total(sum(i["size"] for i in again + [i for p in packs_again for i in p["group"]]))
-                redone = {s["sha256"]: s for s in send_loose(api, report.version_id, again, send, workers)}
-                sent = [redone.get(s["sha256"], s) for s in sent]
-                repacked = {p["sha256"]: p for p in pool_map(send_pack, [p["group"] for p in packs_again], workers)}
-                packs = [repacked.get(p["sha256"], p) for p in packs]
+        uploads = Uploads(api, report.version_id, by_digest, progress, workers=workers,
+                          transfer_timeout=transfer_timeout)
+        done, sent, packs = uploads.all_then_commit(todo, answer.get("packing") or {}, len(files))
     report.uploaded_blobs = len(sent) + sum(len(p["members"]) for p in packs)
     report.uploaded_bytes = sum(s["length"] for s in sent) + sum(p["length"] for p in packs)
     report.uploaded_packs = len(packs)

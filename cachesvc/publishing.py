@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from cachesvc_client import keys
 
 from . import admission, blobs, collect, index, merging, packs as packs_mod
-from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
+from .errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from .models import Blob, Event, PendingPack, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
 
@@ -161,6 +161,12 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     if version.state == "committed":
         return {"status": "committed", "version": index.version_summary(version)}
     entry = index.lock_entry(session, version.entry_id)  # commits of one key, one at a time
+    # read again under the lock: a concurrent commit of this same version (a retry) may have finished
+    version = session.get(Version, version_id, populate_existing=True)
+    if version is None:  # it held content equal to the newest version, and that commit dropped it
+        raise NotFound(f"version {version_id} does not exist")
+    if version.state == "committed":
+        return {"status": "committed", "version": index.version_summary(version)}
     if version.lease_expires_at and version.lease_expires_at < utcnow():
         raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
 

@@ -26,7 +26,7 @@ def link(session: Session, entry: Entry, body: dict, files: List[dict], digest: 
     same = session.scalars(select(Version).where(Version.manifest_digest == digest, Version.state == "committed",
                                                  Version.entry_id != entry.id)
                            .order_by(Version.id.desc()).limit(1)).first()
-    if same is None or len(index.present_blobs(session, sizes)) < len(sizes):
+    if same is None or len(index.present_sizes(session, sizes)) < len(sizes):
         return None
     index.lock_entry(session, entry.id)  # a commit of the key, numbered as one (see commit_version)
     now = utcnow()

@@ -5,7 +5,7 @@ import datetime as dt
 import json
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from sqlalchemy import and_, func, insert, select, text
+from sqlalchemy import and_, any_, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
@@ -180,6 +180,20 @@ def present_blobs(session: Session, digests: Iterable[str]) -> Dict[str, Blob]:
         chunk = digests[i:i + 500]
         for blob in session.scalars(select(Blob).where(Blob.digest.in_(chunk))):
             found[blob.digest] = blob
+    return found
+
+
+def present_sizes(session: Session, digests: Iterable[str]) -> Dict[str, int]:
+    """digest -> size of the blobs among ``digests`` that the index knows to be stored: ``present_blobs``
+    for a whole manifest (up to CACHESVC_MAX_FILES), as plain rows, and on PostgreSQL one array
+    parameter per 10,000 digests (``= ANY``) rather than a bound parameter each."""
+    digests = list(digests)
+    if session.get_bind().dialect.name != "postgresql":
+        return {d: b.size for d, b in present_blobs(session, digests).items()}
+    found: Dict[str, int] = {}
+    for i in range(0, len(digests), BULK_ROWS):
+        chunk = bindparam("digests", digests[i:i + BULK_ROWS], type_=postgresql.ARRAY(Blob.digest.type))
+        found.update(session.execute(select(Blob.digest, Blob.size).where(Blob.digest == any_(chunk))).all())
     return found
 
 

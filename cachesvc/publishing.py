@@ -82,10 +82,10 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     if linked is not None:
         return linked
 
-    present = index.present_blobs(session, sizes)
-    for d, blob in present.items():
-        if blob.size != sizes[d]:
-            raise InvalidRequest(f"sha256 {d} is stored with size {blob.size}, the manifest says {sizes[d]}")
+    present = index.present_sizes(session, sizes)
+    for d, size in present.items():
+        if size != sizes[d]:
+            raise InvalidRequest(f"sha256 {d} is stored with size {size}, the manifest says {sizes[d]}")
     now = utcnow()
     version = Version(
         entry_id=entry.id, kind=body["kind"], state="pending", manifest_digest=digest,
@@ -124,7 +124,7 @@ def blob_targets(session: Session, storage: Storage, settings: dict, version_id:
         odd = [d for d in wanted if d not in named]
         raise InvalidRequest(f"blob {odd[0]} is not a file of version {version_id}; ask only for the blobs its "
                              "create answer listed", {"field": "blobs", "blobs": odd[:100]})
-    stored = set(index.present_blobs(session, wanted))
+    stored = set(index.present_sizes(session, wanted))
     expires = settings["PRESIGN_EXPIRES"]
     return {"targets": [{"sha256": d, "targets": {enc: upload_target(storage, d, enc, expires, version_id)
                                                   for enc in ENCODINGS}} for d in wanted if d not in stored],
@@ -174,7 +174,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
                                  .where(VersionFile.version_id == version_id).distinct()).all())
     packed = packs_mod.verify(session, storage, packs or [], sizes)
     session.execute(delete(PendingPack).where(PendingPack.version_id == version_id))  # recorded now, or not needed
-    needed = set(sizes) - set(index.present_blobs(session, sizes)) - {r["digest"] for r in packed}
+    needed = set(sizes) - set(index.present_sizes(session, sizes)) - {r["digest"] for r in packed}
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []
     with ThreadPoolExecutor(max_workers=16) as pool:

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, contains_eager
 from cachesvc_client import keys
 
 from . import explain, hits, index
+from .answer import blob_entries
 from .models import Entry, Pack, Version, VersionFile
 from .storage import Storage
 
@@ -77,8 +78,6 @@ def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[V
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps: Sequence[str],
             max_bytes: Optional[int] = None) -> Optional[dict]:
     """The first step of ``steps`` that finds versions, as a resolve answer; None when none does."""
-    from .resolving import blob_entries  # resolving imports this module
-
     max_bytes = settings["FALLBACK_MAX_BYTES"] if max_bytes is None else max_bytes
     for step in steps:
         versions = candidates(session, key, step, max_bytes)
@@ -99,8 +98,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
         "hit": True,
         "entry": index.entry_summary(versions[0].entry),
         "version": index.version_summary(versions[0]),
-        "files": [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
-                  for f in files],
+        "files": [index.file_row(f) for f in files],
         "blobs": blob_entries(storage, [SimpleNamespace(digest=d, encoding=b.encoding, blob_size=b.size,
                                                         stored_size=b.stored_size, stored_sha256=b.stored_sha256,
                                                          pack_digest=b.pack_digest,

@@ -210,6 +210,11 @@ def entry_summary(entry: Entry) -> dict:
     }
 
 
+def file_row(f) -> dict:
+    """A file of a version as answers list it (``f``: a VersionFile, or a row with its columns)."""
+    return {"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
+
+
 def version_summary(v: Version) -> dict:
     return {
         "id": v.id,

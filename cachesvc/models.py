@@ -164,7 +164,8 @@ class PendingPack(Base):
 
 class Event(Base):
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_at", "at"),)
+    __table_args__ = (Index("ix_events_at", "at"),
+                      Index("ix_events_entry_kind", "entry_id", "kind"))  # the pages' hit rates per entry
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)

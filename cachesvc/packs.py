@@ -102,7 +102,7 @@ def claim(session: Session, version: Version, digest: str) -> bool:
 def receive(storage: Storage, digest: str, body: BinaryIO) -> Tuple[str, int]:
     """Stream ``body`` into a temp file and check that it hashes to ``digest``; return (the temp file, its
     size) for ``store``. Raises InvalidRequest, PayloadTooLarge, leaving no file."""
-    tmp_dir = getattr(storage, "temp_dir", tempfile.gettempdir)()
+    tmp_dir = storage.temp_dir()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-pack-")
     sha, size = hashlib.sha256(), 0
     try:

@@ -1,7 +1,7 @@
 """versions.commit_seq: commit order, so "newest" is the version committed last, not the highest id
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01 13:40:00
 
 Ids follow the order versions were *created* in; a merged publish created
@@ -14,8 +14,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -30,7 +30,7 @@ UPLOAD_ATTEMPTS = 3
 COMMIT_ATTEMPTS = 3
 #: seconds create and commit may take per file of the manifest, on top of the client's per-call timeout:
 #: the service's work on them is linear in the files (validate, record rows, check packs); ~10x what it
-#: needs at CACHESVC_MAX_FILES (docs/benchmarks.md, publish at scale), room for a loaded host
+#: needs at the service's default file limit (docs/benchmarks.md, publish at scale), room for a loaded host
 SECONDS_PER_FILE = 0.0005
 #: blobs per request for upload targets (the service's limit is 1000); targets are fetched just before
 #: their uploads, so presigned URLs do not expire behind a long queue of uploads

@@ -2,7 +2,10 @@
 
 1. ``create_version``: the client sends its manifest; the service records a
    *pending* version and answers which blobs it lacks, with an upload target
-   for each (a presigned S3 URL, or the service's own blob endpoint).
+   for each (a presigned S3 URL, or the service's own blob endpoint); or, when
+   the client asks (``inline_targets`` false), just their sha256 and size, and
+   hands out the targets in batches as the client uploads (``blob_targets``):
+   at 100,000 files presigning them all took minutes and ~100 MB of answer.
 2. ``commit_version``: once the client has uploaded, the service checks that
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it. Large

@@ -152,9 +152,10 @@ def _candidates(session: Session, c: dict, now: dt.datetime) -> List[Version]:
     if "keep_latest" in c:
         newest = defaultdict(list)  # per key and kind: a new Mega-Cache blob must not push out the snapshot
         for entry_id, kind, vid in session.execute(select(Version.entry_id, Version.kind, Version.id)
-                                                   .where(Version.state == "committed")):
-            newest[(entry_id, kind)].append(vid)
-        keep = {vid for ids in newest.values() for vid in sorted(ids, reverse=True)[:c["keep_latest"]]}
+                                                   .where(Version.state == "committed")
+                                                   .order_by(*index.NEWEST_FIRST)):
+            newest[(entry_id, kind)].append(vid)  # newest (last committed) first
+        keep = {vid for ids in newest.values() for vid in ids[:c["keep_latest"]]}
         versions = [v for v in versions if v.id not in keep]
     versions.sort(key=lambda v: (v.last_restored_at or v.created_at, v.id))
     return versions

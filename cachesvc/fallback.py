@@ -27,7 +27,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import List, Optional, Sequence
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, select
 from sqlalchemy.orm import Session, contains_eager
 
 from cachesvc_client import keys
@@ -55,15 +55,14 @@ def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[V
         # the exact key has no committed version (or this is not a miss), so it is never among these;
         # the same tags first, as two walks down the version ids (an ORDER BY on the tag match would sort all)
         for q in (committed.where(Entry.tags == tags), committed):
-            found = list(session.scalars(q.order_by(Version.id.desc()).limit(1)))
+            found = list(session.scalars(q.order_by(*index.NEWEST_FIRST).limit(1)))
             if found:
                 return found
         return []
     same_name = (Entry.name == key["name"], Entry.tags == tags, Entry.shape != key["shape"])
     if step == "shape":
-        return list(session.scalars(committed.where(*same_name).order_by(Version.id.desc()).limit(1)))
-    newest = (select(func.max(Version.id)).where(Version.entry_id == Entry.id, Version.state == "committed")
-              .correlate(Entry).scalar_subquery())
+        return list(session.scalars(committed.where(*same_name).order_by(*index.NEWEST_FIRST).limit(1)))
+    newest = index.newest_version_id(Entry.id)
     q = (select(Version).join(Entry, Entry.id == Version.entry_id).options(contains_eager(Version.entry))
          .where(same_env, *same_name, Version.id == newest)
          .order_by(Entry.restore_count.desc(), Version.id.desc()).limit(100))

@@ -219,7 +219,7 @@ def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[st
     now = utcnow()
     index.insert_ignore(session, Pack, [{"digest": p["sha256"], "stored_size": size, "created_at": now}
                                         for p, (_why, size) in zip(packs, checked)])
-    present = set(index.present_blobs(session, members))
+    present = set(index.present_sizes(session, members))
     return [{"digest": m["sha256"], "size": m["size"], "stored_size": m["stored_size"], "encoding": m["encoding"],
              "created_at": now, "pack_digest": p["sha256"], "pack_offset": m["offset"]}
             for p in packs for m in p["members"] if m["sha256"] not in present]

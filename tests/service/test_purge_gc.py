@@ -15,7 +15,7 @@ from sqlalchemy import func, select, update
 
 from cachesvc import collect
 from cachesvc.models import Blob, Entry, Version, VersionFile, utcnow
-from cachesvc.storage import blob_key
+from cachesvc.storage import blob_key, incoming_key
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
 
 LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
@@ -156,7 +156,10 @@ def test_gc_keeps_what_is_live_pending_or_recently_purged_and_deletes_the_rest(a
     answer = admin(app).post("/api/v1/admin/purge", json={"name": "a"}).json
     assert answer["bytes_freed"] == len(a1), "the shared blob is still used by b and by the pending version"
     assert answer["gc"]["orphans_deleted"] == 1
-    everything = {blob_key(sha(d), "identity") for d in (shared, a1, b1, p1)}
+    presigned = item["targets"]["identity"]["url"].startswith("http")  # lands in the version's incoming folder
+    pending_key = (incoming_key(pending["version"]["id"], blob_key(sha(p1), "identity")) if presigned
+                   else blob_key(sha(p1), "identity"))
+    everything = {blob_key(sha(d), "identity") for d in (shared, a1, b1)} | {pending_key}
     assert keys_in(storage) == everything
     # a restore that resolved "a" before the purge still fetches every blob
     for d, blob in resolved["blobs"].items():
@@ -172,8 +175,9 @@ def test_gc_keeps_what_is_live_pending_or_recently_purged_and_deletes_the_rest(a
 
     lease = dt.timedelta(seconds=svc.settings["UPLOAD_LEASE_SECONDS"]) + collect.LEASE_MARGIN
     expired = collect.gc(svc.db, svc.storage, svc.settings, now=utcnow() + lease + dt.timedelta(seconds=1))
-    # the abandoned upload goes: a blob row (uploaded through the service) or an orphan object (presigned)
-    assert expired["versions_deleted"] == 1 and expired["blobs_deleted"] + expired["orphans_deleted"] == 1
+    # the abandoned upload goes: a blob row (uploaded through the service) or its incoming object (presigned)
+    assert expired["versions_deleted"] == 1
+    assert expired["blobs_deleted"] + expired["orphans_deleted"] + expired["incoming_deleted"] == 1
     assert keys_in(storage) == {blob_key(sha(shared), "identity"), blob_key(sha(b1), "identity")}
     with svc.db.session() as s:
         assert set(s.scalars(select(Blob.digest))) == {sha(shared), sha(b1)}

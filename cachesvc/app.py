@@ -71,13 +71,14 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
                       verdicts, versions)
     from .api import remote_cache as remote_cache_api
-    from .api import require_json_body
+    from .api import require_json_body, require_utf8_query
     from .metrics import Metrics
     from .schemas import ErrorSchema
 
     metrics = Metrics()
     app.extensions["cachesvc_metrics"] = metrics
     metrics.install(app)
+    app.before_request(require_utf8_query)  # before anything reads request.args
     app.before_request(auth.check_request)  # before any view parses its arguments or body
     app.before_request(require_json_body)
     class _Api(Api):

@@ -5,12 +5,11 @@ code the `cachesvc` commands and the scheduler run.
 """
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import actions, audit
 from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
-from . import services
+from . import Blueprint, services
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1/admin", description="Purge, GC, audit log, tokens")
 

@@ -5,7 +5,6 @@ import os
 from typing import BinaryIO, Iterator
 
 from flask import Response, request, send_file
-from flask_smorest import Blueprint
 
 from .. import blobs, metrics, packs
 from ..errors import NotFound, Unavailable
@@ -13,7 +12,7 @@ from ..models import Blob
 from ..schemas import BlobPutArgs, ErrorSchema
 from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
 from ..auth import requires
-from . import BINARY_BODY, digest_arg, services
+from . import BINARY_BODY, Blueprint, digest_arg, services
 
 OCTET_STREAM = "application/octet-stream"
 

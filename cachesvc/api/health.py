@@ -1,12 +1,11 @@
 """Liveness and readiness."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 from sqlalchemy import text
 
 from ..errors import Unavailable
 from ..auth import requires
-from . import services
+from . import Blueprint, services
 
 blp = Blueprint("health", __name__, url_prefix="/healthz", description="Health check")
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from flask import Response, request
-from flask_smorest import Blueprint
 from sqlalchemy import select
 
 from .. import blobs, metrics, packs
@@ -11,7 +10,7 @@ from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Pack, Version
 from ..schemas import ErrorSchema, PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
-from . import BINARY_BODY, digest_arg, services
+from . import BINARY_BODY, Blueprint, digest_arg, services
 from .blobs import send_object
 
 blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")

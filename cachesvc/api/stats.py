@@ -1,12 +1,11 @@
 """What the cache holds, costs and saves."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import stats
 from ..auth import requires
 from ..schemas import StatsArgs
-from . import services
+from . import Blueprint, services
 
 blp = Blueprint("stats", __name__, url_prefix="/api/v1/stats", description="Cache statistics")
 

@@ -1,12 +1,11 @@
 """Verdicts: processes say whether a restore paid off once they compiled (``client.verify()``)."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import auth, verdicts
 from ..auth import requires
 from ..schemas import VerdictSchema
-from . import services
+from . import Blueprint, services
 
 blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",
                 description="What restoring processes saw after compiling")

@@ -1,13 +1,12 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import audit, index, metrics, packs, publishing
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema
-from . import services
+from . import Blueprint, services
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
 

@@ -48,6 +48,8 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
 
     Raises SystemExit with the command to run when the database schema is behind.
     """
+    from .api import docs
+
     settings = config.load(overrides)
     app = Flask(__name__)
     app.config.update(
@@ -58,6 +60,8 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
         OPENAPI_VERSION="3.0.3",
         OPENAPI_URL_PREFIX="/api/v1",
         OPENAPI_JSON_PATH="openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="docs",  # the browsable API: /api/v1/docs
+        OPENAPI_SWAGGER_UI_URL=docs.ASSETS_URL,  # its JS and CSS from the service (swagger-ui-bundle), no CDN
         API_SPEC_OPTIONS={
             "info": {"description": "Compilation-cache service for PyTorch: publish and restore torch.compile "
                                     "state. Send `Authorization: Bearer <token>`; scopes nest: admin > write > "
@@ -88,6 +92,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     for module in (versions, blobs, packs_api, resolve, verdicts, entries, stats, admin, health, metrics_api, remote_cache_api):
         api.register_blueprint(module.blp)
     app.register_blueprint(web.bp)
+    app.register_blueprint(docs.bp)
     from .scheduler import Scheduler
 
     sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])

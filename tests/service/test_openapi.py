@@ -1,22 +1,25 @@
 """The OpenAPI document is generated from the code, validates, and lists every endpoint with its auth."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from openapi_spec_validator import validate
 
-pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
-              pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
+pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 
 HTML = {"web.index", "web.entry", "web.stats_page"}
+DOCS = {"api-docs.openapi_swagger_ui", "api_docs_assets.asset"}
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_document_validates_and_lists_every_endpoint_with_its_auth(app, client):
     spec = client.get("/api/v1/openapi.json").json
     validate(spec)
     assert spec["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
     listed = 0
     for rule in app.url_map.iter_rules():
-        if rule.endpoint in HTML or rule.endpoint == "static" or "openapi" in rule.rule:
+        if rule.endpoint in HTML | DOCS or rule.endpoint == "static" or "openapi" in rule.rule:
             continue
         path = rule.rule.replace("<int:", "{").replace("<", "{").replace(">", "}")
         assert path in spec["paths"], path
@@ -38,3 +41,21 @@ def test_document_validates_and_lists_every_endpoint_with_its_auth(app, client):
     entries = {p["name"] for p in spec["paths"]["/api/v1/entries"]["get"]["parameters"]}
     assert {"name", "shape", "tags", "tag", "torch", "triton", "cuda", "python", "device", "arch", "sort",
             "limit", "offset"} <= entries
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # anonymous read off: the docs stay open
+def test_swagger_ui_at_api_v1_docs_serves_its_own_assets_and_needs_no_token(app):
+    anonymous = app.test_client()
+    page = anonymous.get("/api/v1/docs")
+    assert page.status_code == 200 and page.mimetype == "text/html"
+    html = page.get_data(as_text=True)
+    assert 'url: "/api/v1/openapi.json"' in html and "SwaggerUIBundle(config)" in html
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert len(assets) == 3 and all(a.startswith("/api/v1/docs/assets/") for a in assets), assets  # no CDN
+    for url in assets:
+        resp = anonymous.get(url)
+        assert resp.status_code == 200 and resp.mimetype in ("text/javascript", "text/css"), url
+        assert len(resp.data) > 10_000, url
+        resp.close()
+    assert anonymous.get("/api/v1/docs/assets/../__init__.py").status_code == 404
+    assert anonymous.get("/api/v1/openapi.json").status_code == 200

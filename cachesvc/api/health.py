@@ -5,6 +5,7 @@ from sqlalchemy import text
 
 from ..errors import Unavailable
 from ..auth import requires
+from ..response_schemas import HealthSchema
 from . import Blueprint, services
 
 blp = Blueprint("health", __name__, url_prefix="/healthz", description="Health check")
@@ -12,7 +13,7 @@ blp = Blueprint("health", __name__, url_prefix="/healthz", description="Health c
 
 @blp.route("", methods=["GET"])
 @requires(None)
-@blp.response(200)
+@blp.response(200, HealthSchema)
 def healthz():
     """200 when the database answers; 503 otherwise."""
     svc = services()

@@ -10,6 +10,7 @@ from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Pack, Version
 from ..schemas import ErrorSchema, PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
+from ..response_schemas import PackStoredSchema
 from . import BINARY_BODY, Blueprint, digest_arg, services
 from .blobs import send_object
 
@@ -19,8 +20,8 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
 @blp.arguments(PackPutArgs, location="query")
-@blp.response(201)
-@blp.alt_response(200, description="Another publish's commit recorded the pack since this version asked for its "
+@blp.response(201, PackStoredSchema)
+@blp.alt_response(200, schema=PackStoredSchema, description="Another publish's commit recorded the pack since this version asked for its "
                                    "target; the body was checked, nothing was written (`status: already_stored`)")
 @blp.alt_response(409, schema=ErrorSchema, description="The pack is recorded and this version never asked for "
                                                         "its target: stored packs are never overwritten")

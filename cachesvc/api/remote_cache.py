@@ -15,6 +15,7 @@ from ..auth import requires
 from ..errors import NotFound, PayloadTooLarge, Unavailable
 from ..schemas import EnvSchema, ErrorSchema
 from ..storage import StorageError
+from ..response_schemas import RemoteCacheItemSchema
 from . import Blueprint, services
 
 blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
@@ -62,7 +63,7 @@ def get(args, cache, key):
 @blp.route("/<cache>/<key>", methods=["PUT"])
 @requires("write")
 @blp.arguments(EnvSchema, location="query")
-@blp.response(201)
+@blp.response(201, RemoteCacheItemSchema)
 @blp.doc(requestBody={"required": True, **_BINARY})
 def put(args, cache, key):
     """Store the body under `key` in `cache` for this environment (replacing an older value).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import auth, verdicts
 from ..auth import requires
 from ..schemas import VerdictSchema
+from ..response_schemas import VerdictAnswerSchema
 from . import Blueprint, services
 
 blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",
@@ -14,7 +15,7 @@ blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",
 @blp.route("", methods=["POST"])
 @requires("read")
 @blp.arguments(VerdictSchema)
-@blp.response(200)
+@blp.response(200, VerdictAnswerSchema)
 def post(body):
     """Record a restore's verdict on the versions it delivered.
 

@@ -59,3 +59,56 @@ def test_swagger_ui_at_api_v1_docs_serves_its_own_assets_and_needs_no_token(app)
         resp.close()
     assert anonymous.get("/api/v1/docs/assets/../__init__.py").status_code == 404
     assert anonymous.get("/api/v1/openapi.json").status_code == 200
+
+
+#: 2xx answers still without a schema: their views return nested shapes (a version, an entry, a resolve
+#: answer with its hit, miss and fallback variants, a purge report) not yet written as schemas
+NO_SCHEMA_YET = {("post", "/api/v1/versions"), ("post", "/api/v1/versions/{version_id}/commit"),
+                 ("get", "/api/v1/versions/{version_id}"), ("get", "/api/v1/resolve"),
+                 ("get", "/api/v1/entries"), ("get", "/api/v1/entries/{entry_id}"),
+                 ("post", "/api/v1/admin/purge")}
+
+#: answers that are bytes or text, not JSON
+NOT_JSON = {("get", "/api/v1/blobs/{sha256}"), ("get", "/api/v1/packs/{sha256}"),
+            ("get", "/api/v1/remote-cache/{cache}/{key}"), ("get", "/metrics")}
+
+
+def _properties(spec, schema, seen, owner="answer"):
+    """(schema name, property name, property) of ``schema`` and of every schema it refers to."""
+    if "$ref" in schema:
+        owner = schema["$ref"].rsplit("/", 1)[1]
+        if owner in seen:
+            return
+        seen.add(owner)
+        schema = spec["components"]["schemas"][owner]
+    for prop_name, prop in schema.get("properties", {}).items():
+        yield owner, prop_name, prop
+        for sub in (prop, prop.get("items", {}), prop.get("additionalProperties") or {}, *prop.get("allOf", [])):
+            if isinstance(sub, dict) and ("$ref" in sub or "properties" in sub):
+                yield from _properties(spec, sub, seen, f"{owner}.{prop_name}")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_every_2xx_json_answer_has_a_schema_that_describes_every_field(client):
+    spec = client.get("/api/v1/openapi.json").json
+    with_schema = 0
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            if method not in ("get", "put", "post", "delete", "patch"):
+                continue  # path-level parameters
+            for status, resp in op["responses"].items():
+                content = resp.get("content", {})
+                if not status.startswith("2") or (method, path) in NOT_JSON:
+                    continue  # errors (the Error schema), and byte or text answers
+                if (method, path) in NO_SCHEMA_YET:
+                    assert "schema" not in content.get("application/json", {}), f"{method} {path}: off the list"
+                    continue
+                schema = content.get("application/json", {}).get("schema")
+                assert schema, f"{method} {path} {status} has no schema"
+                with_schema += 1
+                for owner, name, prop in _properties(spec, schema, set()):
+                    assert prop.get("description"), f"{method} {path}: {owner}.{name} has no description"
+                if "$ref" in schema:
+                    assert spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]][
+                        "additionalProperties"] is False, f"{method} {path}: a field not listed must fail"
+    assert with_schema >= 14

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import actions, audit
 from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
-from ..response_schemas import AuditListSchema, GcSchema, TokenCreatedSchema, TokenListSchema, TokenRevokedSchema
+from .answers import AuditListSchema, GcSchema, TokenCreatedSchema, TokenListSchema, TokenRevokedSchema
 from . import Blueprint, services
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1/admin", description="Purge, GC, audit log, tokens")

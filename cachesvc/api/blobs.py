@@ -12,7 +12,7 @@ from ..models import Blob
 from ..schemas import BlobPutArgs, ErrorSchema
 from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
 from ..auth import requires
-from ..response_schemas import BlobStoredSchema
+from .answers import BlobStoredSchema
 from . import BINARY_BODY, Blueprint, digest_arg, services
 
 OCTET_STREAM = "application/octet-stream"

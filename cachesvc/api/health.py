@@ -5,7 +5,7 @@ from sqlalchemy import text
 
 from ..errors import Unavailable
 from ..auth import requires
-from ..response_schemas import HealthSchema
+from .answers import HealthSchema
 from . import Blueprint, services
 
 blp = Blueprint("health", __name__, url_prefix="/healthz", description="Health check")

@@ -10,7 +10,7 @@ from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Pack, Version
 from ..schemas import ErrorSchema, PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
-from ..response_schemas import PackStoredSchema
+from .answers import PackStoredSchema
 from . import BINARY_BODY, Blueprint, digest_arg, services
 from .blobs import send_object
 

@@ -15,7 +15,7 @@ from ..auth import requires
 from ..errors import NotFound, PayloadTooLarge, Unavailable
 from ..schemas import EnvSchema, ErrorSchema
 from ..storage import StorageError
-from ..response_schemas import RemoteCacheItemSchema
+from .answers import RemoteCacheItemSchema
 from . import Blueprint, services
 
 blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import stats
 from ..auth import requires
 from ..schemas import StatsArgs
-from ..response_schemas import StatsSchema
+from .answers import StatsSchema
 from . import Blueprint, services
 
 blp = Blueprint("stats", __name__, url_prefix="/api/v1/stats", description="Cache statistics")

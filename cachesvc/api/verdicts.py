@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import auth, verdicts
 from ..auth import requires
 from ..schemas import VerdictSchema
-from ..response_schemas import VerdictAnswerSchema
+from .answers import VerdictAnswerSchema
 from . import Blueprint, services
 
 blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",

@@ -6,7 +6,7 @@ from .. import audit, index, metrics, packs, publishing
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema
-from ..response_schemas import PackUploadTargetsSchema
+from .answers import PackUploadTargetsSchema
 from . import Blueprint, services
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")

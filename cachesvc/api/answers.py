@@ -1,4 +1,4 @@
-"""Response schemas (marshmallow): what the 2xx answers hold, for the OpenAPI document and Swagger UI.
+"""The answers' schemas (marshmallow): what the 2xx answers hold, for the OpenAPI document and Swagger UI.
 
 flask-smorest dumps a view's answer through its schema, so each schema lists every field the view
 returns (a field missing here would be dropped from the answer): the fuzz test checks every answer

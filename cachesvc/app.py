@@ -48,6 +48,8 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
 
     Raises SystemExit with the command to run when the database schema is behind.
     """
+    from .api import docs
+
     settings = config.load(overrides)
     app = Flask(__name__)
     app.config.update(
@@ -58,6 +60,8 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
         OPENAPI_VERSION="3.0.3",
         OPENAPI_URL_PREFIX="/api/v1",
         OPENAPI_JSON_PATH="openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="docs",  # the browsable API: /api/v1/docs
+        OPENAPI_SWAGGER_UI_URL=docs.ASSETS_URL,  # its JS and CSS from the service (swagger-ui-bundle), no CDN
         API_SPEC_OPTIONS={
             "info": {"description": "Compilation-cache service for PyTorch: publish and restore torch.compile "
                                     "state. Send `Authorization: Bearer <token>`; scopes nest: admin > write > "
@@ -71,13 +75,14 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
                       verdicts, versions)
     from .api import remote_cache as remote_cache_api
-    from .api import require_json_body
+    from .api import require_json_body, require_utf8_query
     from .metrics import Metrics
     from .schemas import ErrorSchema
 
     metrics = Metrics()
     app.extensions["cachesvc_metrics"] = metrics
     metrics.install(app)
+    app.before_request(require_utf8_query)  # before anything reads request.args
     app.before_request(auth.check_request)  # before any view parses its arguments or body
     app.before_request(require_json_body)
     class _Api(Api):
@@ -91,6 +96,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     signin.install(app, settings)
     for page_bp in (web.bp, signin.bp, web_admin.bp):  # auth.PAGE_BLUEPRINTS
         app.register_blueprint(page_bp)
+    app.register_blueprint(docs.bp)
     from .scheduler import Scheduler
 
     sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])

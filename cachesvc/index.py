@@ -23,6 +23,8 @@ def iso(t: Optional[dt.datetime]) -> Optional[str]:
 def parse_tags(text: str) -> Dict[str, str]:
     try:
         return keys.check_tags(json.loads(text))
+    except RecursionError:  # '[' * 1000: json.loads recurses once per level
+        raise InvalidRequest("tags must be a JSON object of strings: it is nested too deeply") from None
     except (ValueError, keys.InvalidKey) as exc:
         raise InvalidRequest(f"tags must be a JSON object of strings: {exc}") from None
 

@@ -31,6 +31,30 @@ def _text(max_len, **kw):
     return fields.String(validate=[validate.Length(min=1, max=max_len), _printable], **kw)
 
 
+def _unicode(value):
+    """Free text (meta, folders) may hold any character that has UTF-8 and that PostgreSQL stores."""
+    if "\x00" in value:
+        raise ValidationError("contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("contains invalid unicode (a lone surrogate)") from None
+
+
+def _free_text(max_len, **kw):
+    return fields.String(validate=[validate.Length(max=max_len), _unicode], **kw)
+
+
+def _filter(max_len, *more, **kw):
+    """A filter compared with stored key text: the rules of that text (printable, its length), so a
+    value no entry can hold is the same 422 on every database (PostgreSQL refuses NUL itself)."""
+    return fields.String(validate=[validate.Length(max=max_len), _printable, *more], **kw)
+
+
+#: the largest page offset of a listing (the JSON API and the HTML index)
+MAX_OFFSET = 10**9
+
+
 class EnvSchema(Schema):
     torch = _text(keys.MAX_ENV_VALUE, required=True)
     triton = _text(keys.MAX_ENV_VALUE, required=True)
@@ -60,11 +84,10 @@ class PublishSchema(Schema):
     key = fields.Nested(KeySchema, required=True)
     kind = fields.String(load_default=keys.DEFAULT_KIND, validate=validate.OneOf(keys.KINDS))
     roots = fields.Dict(keys=fields.String(validate=_rule(keys.check_role)),
-                        values=fields.String(validate=validate.Length(min=1, max=4096)), required=True)
+                        values=_free_text(4096, required=True), required=True)
     files = fields.List(fields.Nested(FileSchema), required=True)
     compile_seconds = fields.Float(load_default=None, allow_none=True, validate=validate.Range(0, 10**7))
-    meta = fields.Dict(keys=fields.String(validate=validate.Length(max=64)),
-                       values=fields.String(validate=validate.Length(max=1000)), load_default=dict)
+    meta = fields.Dict(keys=_free_text(64), values=_free_text(1000), load_default=dict)
     merge = fields.Boolean(load_default=False, metadata={
         "description": "add the key's newest committed version's files at paths this manifest lacks, so the key "
                        "converges to the union of what its publishers compiled"})
@@ -164,17 +187,18 @@ SORTS = ("newest", "largest", "most_restored", "last_restored")
 
 
 class EntryFilterArgs(Schema):
-    name = fields.String(metadata={"description": "exact name"})
-    shape = fields.String()
+    name = _filter(keys.MAX_NAME, metadata={"description": "exact name"})
+    shape = _filter(keys.MAX_SHAPE, metadata={"description": "exact shape signature"})
     tags = fields.String(metadata={"description": "JSON object; entries whose tags equal it"})
-    tag = fields.List(fields.String(validate=validate.Regexp(r"^[^=]+=.*$", error="expected KEY=VALUE")),
+    tag = fields.List(_filter(keys.MAX_TAG_KEY + 1 + keys.MAX_TAG_VALUE,
+                              validate.Regexp(r"^[^=]+=.*$", error="expected KEY=VALUE")),
                       metadata={"description": "KEY=VALUE (repeatable); entries whose tags include every pair"})
-    torch = fields.String()
-    triton = fields.String()
-    cuda = fields.String()
-    python = fields.String()
-    device = fields.String()
-    arch = fields.String()
+    torch = _filter(keys.MAX_ENV_VALUE, metadata={"description": "exact torch version"})
+    triton = _filter(keys.MAX_ENV_VALUE, metadata={"description": "exact Triton version"})
+    cuda = _filter(keys.MAX_ENV_VALUE, metadata={"description": "exact CUDA version"})
+    python = _filter(keys.MAX_ENV_VALUE, metadata={"description": "exact Python version"})
+    device = _filter(keys.MAX_ENV_VALUE, metadata={"description": "exact device (the GPU name, else the CPU machine)"})
+    arch = _filter(keys.MAX_ENV_VALUE, metadata={"description": "exact arch (sm_90, a gfx name, else the CPU's vector level)"})
     problem = fields.Boolean(metadata={"description": "true: only entries whose newest version's restores got no "
                                                       "cache hit (client.verify()); false: only the others"})
     kind = fields.String(validate=validate.OneOf(keys.KINDS),
@@ -183,7 +207,7 @@ class EntryFilterArgs(Schema):
                          metadata={"description": "newest (last published), largest (newest version's bytes), "
                                                   "most_restored, last_restored"})
     limit = fields.Integer(load_default=50, validate=validate.Range(1, 1000))
-    offset = fields.Integer(load_default=0, validate=validate.Range(0, 10**9))
+    offset = fields.Integer(load_default=0, validate=validate.Range(0, MAX_OFFSET))
 
 
 class StatsArgs(Schema):
@@ -209,7 +233,7 @@ class PurgeSchema(Schema):
 class AuditArgs(Schema):
     action = fields.String(validate=validate.OneOf(["publish", "purge", "gc", "token.create", "token.revoke"]))
     limit = fields.Integer(load_default=100, validate=validate.Range(1, 1000))
-    offset = fields.Integer(load_default=0, validate=validate.Range(0, 10**9))
+    offset = fields.Integer(load_default=0, validate=validate.Range(0, MAX_OFFSET))
 
 
 class TokenCreateSchema(Schema):

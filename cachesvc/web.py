@@ -16,7 +16,7 @@ from . import browse, charts, stats
 from .api import services
 from .auth import requires
 from .errors import InvalidRequest
-from .schemas import SORTS
+from .schemas import MAX_OFFSET, SORTS
 from .signin import page_blueprint
 
 bp = page_blueprint(Blueprint("web", __name__, template_folder="templates"))
@@ -56,6 +56,8 @@ def _filters() -> dict:
         offset = max(0, int(request.args.get("offset", 0)))
     except ValueError:
         raise InvalidRequest("offset must be a number") from None
+    if offset > MAX_OFFSET:  # the API's bound; SQLite's OFFSET takes 64 bits at most (an OverflowError)
+        raise InvalidRequest(f"offset must be at most {MAX_OFFSET}")
     return dict(args, sort=sort, limit=PAGE, offset=offset)
 
 

@@ -33,8 +33,11 @@ MAX_ENV_VALUE = 200
 MAX_TAGS = 32
 MAX_TAG_KEY = 64
 MAX_TAG_VALUE = 200
-MAX_PATH = 1024
-MAX_COMPONENT = 255
+MAX_PATH = 1024  # characters
+#: A path's UTF-8 bytes: PostgreSQL's btree (the version_files key: version, root, path) holds at most
+#: 2,704 bytes a row, which 1,024 characters of 3- or 4-byte UTF-8 exceed; one limit on every database.
+MAX_PATH_BYTES = 2048
+MAX_COMPONENT = 255  # UTF-8 bytes (NAME_MAX)
 MAX_FILE_SIZE = 64 * 1024**3
 
 _ROLE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -158,10 +161,13 @@ def check_relpath(path: Any) -> str:
     for part in path.split("/"):
         if part in ("", ".", ".."):
             raise InvalidKey(f"path {path!r} has an empty, '.' or '..' component")
-        if len(part.encode("utf-8", "surrogateescape")) > MAX_COMPONENT:
+        if not part.isprintable():  # before the byte counts: a lone surrogate has no UTF-8
+            raise InvalidKey(f"path {path!r} contains control characters or invalid unicode (a lone surrogate)")
+        if len(part.encode("utf-8")) > MAX_COMPONENT:
             raise InvalidKey(f"path {path!r} has a component longer than {MAX_COMPONENT} bytes")
-        if not part.isprintable():
-            raise InvalidKey(f"path {path!r} contains control characters")
+    encoded = len(path.encode("utf-8"))
+    if encoded > MAX_PATH_BYTES:
+        raise InvalidKey(f"path is {encoded} bytes long in UTF-8; the limit is {MAX_PATH_BYTES}")
     return path
 
 

@@ -5,12 +5,12 @@ code the `cachesvc` commands and the scheduler run.
 """
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import actions, audit
 from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
-from . import services
+from .answers import AuditListSchema, GcSchema, TokenCreatedSchema, TokenListSchema, TokenRevokedSchema
+from . import Blueprint, services
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1/admin", description="Purge, GC, audit log, tokens")
 
@@ -34,7 +34,7 @@ def purge(body):
 
 @blp.route("/gc", methods=["POST"])
 @requires("admin")
-@blp.response(200)
+@blp.response(200, GcSchema)
 def gc():
     """Delete blobs no protecting version names (committed; pending within its lease; purged within the
     grace), the rows of expired pending and long-purged versions, and orphan objects in storage."""
@@ -44,7 +44,7 @@ def gc():
 @blp.route("/audit", methods=["GET"])
 @requires("admin")
 @blp.arguments(AuditArgs, location="query")
-@blp.response(200)
+@blp.response(200, AuditListSchema)
 def audit_log(args):
     """Audit records, newest first: who published, purged, collected or changed tokens, when, and bytes."""
     with services().db.session() as s:
@@ -53,7 +53,7 @@ def audit_log(args):
 
 @blp.route("/tokens", methods=["GET"])
 @requires("admin")
-@blp.response(200)
+@blp.response(200, TokenListSchema)
 def list_tokens():
     """Every token (never the token itself): name, scope, created, revoked."""
     return actions.list_tokens(services())
@@ -62,7 +62,7 @@ def list_tokens():
 @blp.route("/tokens", methods=["POST"])
 @requires("admin")
 @blp.arguments(TokenCreateSchema)
-@blp.response(201)
+@blp.response(201, TokenCreatedSchema)
 def create_token(body):
     """Create a token; the answer's `token` is the only time it is shown."""
     return actions.create_token(services(), body["name"], body["scope"], actor=audit.request_actor())
@@ -70,7 +70,7 @@ def create_token(body):
 
 @blp.route("/tokens/<ident>", methods=["DELETE"])
 @requires("admin")
-@blp.response(200)
+@blp.response(200, TokenRevokedSchema)
 def revoke_token(ident):
     """Revoke the active token(s) with this id or name (404 when none is active)."""
     return actions.revoke_token(services(), ident, actor=audit.request_actor())

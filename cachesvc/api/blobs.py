@@ -5,7 +5,6 @@ import os
 from typing import BinaryIO, Iterator
 
 from flask import Response, request, send_file
-from flask_smorest import Blueprint
 
 from .. import blobs, metrics, packs
 from ..errors import NotFound, Unavailable
@@ -13,7 +12,8 @@ from ..models import Blob
 from ..schemas import BlobPutArgs, ErrorSchema
 from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
 from ..auth import requires
-from . import BINARY_BODY, digest_arg, services
+from .answers import BlobStoredSchema
+from . import BINARY_BODY, Blueprint, digest_arg, services
 
 OCTET_STREAM = "application/octet-stream"
 
@@ -23,8 +23,8 @@ blp = Blueprint("blobs", __name__, url_prefix="/api/v1/blobs", description="Cont
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
 @blp.arguments(BlobPutArgs, location="query")
-@blp.response(201)
-@blp.alt_response(200, description="A concurrent publish stored the blob since this version was created; the "
+@blp.response(201, BlobStoredSchema)
+@blp.alt_response(200, schema=BlobStoredSchema, description="A concurrent publish stored the blob since this version was created; the "
                                    "body was checked, nothing was written (`status: already_stored`)")
 @blp.alt_response(409, schema=ErrorSchema, description="The blob was stored before this version was created: "
                                                         "stored blobs are never overwritten")

@@ -1,12 +1,11 @@
 """Browse entries (JSON): filter, sort and page; one entry with its versions, files and shared blobs."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import browse
 from ..auth import requires
 from ..schemas import EntryFilterArgs
-from . import services
+from . import Blueprint, services
 
 blp = Blueprint("entries", __name__, url_prefix="/api/v1/entries", description="Browse cache entries")
 

@@ -1,19 +1,19 @@
 """Liveness and readiness."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 from sqlalchemy import text
 
 from ..errors import Unavailable
 from ..auth import requires
-from . import services
+from .answers import HealthSchema
+from . import Blueprint, services
 
 blp = Blueprint("health", __name__, url_prefix="/healthz", description="Health check")
 
 
 @blp.route("", methods=["GET"])
 @requires(None)
-@blp.response(200)
+@blp.response(200, HealthSchema)
 def healthz():
     """200 when the database answers; 503 otherwise."""
     svc = services()

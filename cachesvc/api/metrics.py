@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from flask import current_app
-from flask_smorest import Blueprint
 
 from .. import metrics
 from ..auth import requires
+from . import Blueprint
 
 blp = Blueprint("metrics", __name__, url_prefix="/metrics", description="Prometheus metrics")
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from flask import Response, request
-from flask_smorest import Blueprint
 from sqlalchemy import select
 
 from .. import blobs, metrics, packs
@@ -11,7 +10,8 @@ from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Pack, Version
 from ..schemas import ErrorSchema, PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
-from . import BINARY_BODY, digest_arg, services
+from .answers import PackStoredSchema
+from . import BINARY_BODY, Blueprint, digest_arg, services
 from .blobs import send_object
 
 blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")
@@ -20,8 +20,8 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
 @blp.arguments(PackPutArgs, location="query")
-@blp.response(201)
-@blp.alt_response(200, description="Another publish's commit recorded the pack since this version asked for its "
+@blp.response(201, PackStoredSchema)
+@blp.alt_response(200, schema=PackStoredSchema, description="Another publish's commit recorded the pack since this version asked for its "
                                    "target; the body was checked, nothing was written (`status: already_stored`)")
 @blp.alt_response(409, schema=ErrorSchema, description="The pack is recorded and this version never asked for "
                                                         "its target: stored packs are never overwritten")

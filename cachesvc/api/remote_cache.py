@@ -7,7 +7,6 @@ a PUT, and of a GET's answer, is the value's bytes.
 from __future__ import annotations
 
 from flask import Response, request
-from flask_smorest import Blueprint
 
 from cachesvc_client.keys import ENV_FIELDS, REMOTE_CACHES
 
@@ -16,7 +15,8 @@ from ..auth import requires
 from ..errors import NotFound, PayloadTooLarge, Unavailable
 from ..schemas import EnvSchema, ErrorSchema
 from ..storage import StorageError
-from . import services
+from .answers import RemoteCacheItemSchema
+from . import Blueprint, services
 
 blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
                 description="Inductor's live remote cache (FX graphs, autotune results) by Inductor's key")
@@ -63,7 +63,7 @@ def get(args, cache, key):
 @blp.route("/<cache>/<key>", methods=["PUT"])
 @requires("write")
 @blp.arguments(EnvSchema, location="query")
-@blp.response(201)
+@blp.response(201, RemoteCacheItemSchema)
 @blp.doc(requestBody={"required": True, **_BINARY})
 def put(args, cache, key):
     """Store the body under `key` in `cache` for this environment (replacing an older value).

@@ -1,14 +1,13 @@
 """Resolve a key to the version a restore should fetch."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from cachesvc_client.keys import ENV_FIELDS
 
 from .. import index, metrics, resolving
 from ..schemas import ResolveArgs
 from ..auth import requires
-from . import services
+from . import Blueprint, services
 
 blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="Find what to restore")
 

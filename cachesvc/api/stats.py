@@ -1,12 +1,12 @@
 """What the cache holds, costs and saves."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import stats
 from ..auth import requires
 from ..schemas import StatsArgs
-from . import services
+from .answers import StatsSchema
+from . import Blueprint, services
 
 blp = Blueprint("stats", __name__, url_prefix="/api/v1/stats", description="Cache statistics")
 
@@ -14,7 +14,7 @@ blp = Blueprint("stats", __name__, url_prefix="/api/v1/stats", description="Cach
 @blp.route("", methods=["GET"])
 @requires("read")
 @blp.arguments(StatsArgs, location="query")
-@blp.response(200)
+@blp.response(200, StatsSchema)
 def get_stats(args):
     """Entries, versions, blobs; logical against stored bytes (`dedup_ratio`); publishes; `restores`
     (resolves that delivered a version), `fallbacks` (of those, answered by a fallback), `misses`

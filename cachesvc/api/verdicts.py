@@ -1,12 +1,12 @@
 """Verdicts: processes say whether a restore paid off once they compiled (``client.verify()``)."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import auth, verdicts
 from ..auth import requires
 from ..schemas import VerdictSchema
-from . import services
+from .answers import VerdictAnswerSchema
+from . import Blueprint, services
 
 blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",
                 description="What restoring processes saw after compiling")
@@ -15,7 +15,7 @@ blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",
 @blp.route("", methods=["POST"])
 @requires("read")
 @blp.arguments(VerdictSchema)
-@blp.response(200)
+@blp.response(200, VerdictAnswerSchema)
 def post(body):
     """Record a restore's verdict on the versions it delivered.
 

@@ -1,13 +1,13 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 
 from .. import audit, index, metrics, packs, publishing
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
-from . import services
+from .answers import PackUploadTargetsSchema
+from . import Blueprint, services
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
 
@@ -62,7 +62,7 @@ def commit(body, version_id):
 @blp.route("/<int:version_id>/packs", methods=["POST"])
 @requires("write")
 @blp.arguments(PackTargetsSchema)
-@blp.response(200)
+@blp.response(200, PackUploadTargetsSchema)
 def pack_targets(body, version_id):
     """Upload targets for the packs of a pending version (see `packing` in the publish answer): one
     `{sha256, target}` per pack, the target a presigned PUT or `PUT /api/v1/packs/<sha256>`."""

@@ -38,7 +38,8 @@ def relpaths(draw, max_parts: int = 8) -> str:
     """Paths check_relpath must accept: 1..max_parts valid components, '/'-joined, within MAX_PATH."""
     parts = draw(st.lists(st.one_of(components, edge_components), min_size=1, max_size=max_parts))
     path = "/".join(parts)
-    assume(len(path) <= keys.MAX_PATH and not re.match(r"^[A-Za-z]:", path))
+    assume(len(path) <= keys.MAX_PATH and len(path.encode("utf-8")) <= keys.MAX_PATH_BYTES
+           and not re.match(r"^[A-Za-z]:", path))
     return path
 
 
@@ -57,11 +58,12 @@ def expected_valid(path: str) -> bool:
     if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
         return False
     return all(p not in ("", ".", "..") and p.isprintable()
-               and len(p.encode("utf-8", "surrogateescape")) <= keys.MAX_COMPONENT for p in path.split("/"))
+               and len(p.encode("utf-8")) <= keys.MAX_COMPONENT for p in path.split("/")) \
+        and len(path.encode("utf-8")) <= keys.MAX_PATH_BYTES
 
 
 # Arbitrary strings, biased towards the characters the rule is about.
-tricky_text = st.text(st.one_of(st.sampled_from(list("/.\\\x00:aZ é\n\t")), st.characters()), max_size=60)
+tricky_text = st.text(st.one_of(st.sampled_from(list("/.\\\x00:aZ é\n\t\ud800\udcff")), st.characters()), max_size=60)
 
 # -- check_relpath ---------------------------------------------------------------------------
 
@@ -132,6 +134,20 @@ def test_paths_over_the_limits_are_refused(path, extra):
     for long in ("a" * (keys.MAX_COMPONENT + 1 + extra % 100), "é" * (keys.MAX_COMPONENT // 2 + 1)):  # bytes
         with pytest.raises(keys.InvalidKey, match="longer than"):
             keys.check_relpath("x/" + long)
+
+
+def test_the_path_limit_counts_utf8_bytes_so_postgresql_can_index_it():
+    at_limit = "/".join(["€" * 80] * 8 + ["€" * 40])  # 688 characters of 3-byte UTF-8: 2,048 bytes
+    assert len(at_limit.encode("utf-8")) == keys.MAX_PATH_BYTES and len(at_limit) < keys.MAX_PATH
+    assert keys.check_relpath(at_limit) == at_limit
+    with pytest.raises(keys.InvalidKey, match="2049 bytes long in UTF-8; the limit is 2048"):
+        keys.check_relpath(at_limit + "a")
+
+
+@pytest.mark.parametrize("path", ["a\ud800", "\udfff/b", "x/\udcff"])
+def test_a_lone_surrogate_is_refused_as_invalid_unicode(path):
+    with pytest.raises(keys.InvalidKey, match="lone surrogate"):
+        keys.check_relpath(path)
 
 
 @pytest.mark.parametrize("value", [None, 1, b"a/b", ["a"], {"a": 1}])

@@ -52,6 +52,8 @@ ROUTES = [
     ("GET", "/healthz", None),
     ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off
     ("GET", "/api/v1/openapi.json", None),
+    ("GET", "/api/v1/docs", None),  # the browsable API (Swagger UI) and its JS/CSS: the operations keep their scopes
+    ("GET", "/api/v1/docs/assets/swagger-ui.css", None),
     ("GET", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "read"),
     ("PUT", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "write"),
 ]

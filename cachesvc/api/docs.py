@@ -1,0 +1,24 @@
+"""The browsable API: Swagger UI at /api/v1/docs (flask-smorest's page), its JS and CSS from here.
+
+The assets come from the ``swagger-ui-bundle`` package (Swagger UI's own release files), served by
+the service itself: the page works where the browser reaches the service but no CDN (a cluster with
+no way out), and what it runs is the version pinned with the service, not whatever a CDN serves.
+"""
+from __future__ import annotations
+
+import flask
+from swagger_ui_bundle import swagger_ui_path
+
+from ..auth import requires
+
+#: OPENAPI_SWAGGER_UI_URL: where flask-smorest's page loads swagger-ui-bundle.js and swagger-ui.css from
+ASSETS_URL = "/api/v1/docs/assets/"
+
+bp = flask.Blueprint("api_docs_assets", __name__)
+
+
+@bp.route(ASSETS_URL + "<path:filename>")
+@requires(None)
+def asset(filename: str):
+    """A Swagger UI file (send_from_directory refuses paths outside the package's folder: 404)."""
+    return flask.send_from_directory(swagger_ui_path, filename, max_age=86400)

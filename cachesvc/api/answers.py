@@ -95,12 +95,29 @@ class PackUploadTargetsSchema(Schema):
     targets = fields.List(fields.Nested(PackUploadTargetSchema), **_d("one upload target per pack asked for"))
 
 
+class BlobEncodingTargetsSchema(Schema):
+    identity = fields.Nested(UploadTargetSchema, **_d("where to upload the blob's bytes as they are"))
+    zstd = fields.Nested(UploadTargetSchema, **_d("where to upload them as zstd frames"))
+
+
+class BlobUploadTargetSchema(Schema):
+    sha256 = fields.String(**_d("the blob's sha256 (of its decoded bytes)"))
+    targets = fields.Nested(BlobEncodingTargetsSchema, **_d("one upload target per encoding; send one of them"))
+
+
+class BlobUploadTargetsSchema(Schema):
+    targets = fields.List(fields.Nested(BlobUploadTargetSchema),
+                          **_d("an upload target for each blob asked for that is not stored yet"))
+    stored = fields.List(fields.String(), **_d("blobs asked for that a concurrent publish stored since the "
+                                              "create answer (nothing to upload)"))
+
+
 class GcSchema(Schema):
     blobs_deleted = fields.Integer(**_d("blobs no protecting version names, deleted"))
     bytes_freed = fields.Integer(**_d("stored bytes those deletions freed"))
     delete_failures = fields.Integer(**_d("objects storage failed to delete (retried by the next GC)"))
     entries_deleted = fields.Integer(**_d("entries left without versions, deleted"))
-    incoming_deleted = fields.Integer(**_d("uploads cut off mid-body (local backend), their temp files deleted"))
+    incoming_deleted = fields.Integer(**_d("uploads of versions that never committed, deleted: temp files cut off mid-body (local) or presigned uploads left in the incoming folder (S3)"))
     orphan_packs_deleted = fields.Integer(**_d("pack objects no row records, deleted"))
     orphans_deleted = fields.Integer(**_d("blob objects no row records, deleted"))
     packs_deleted = fields.Integer(**_d("packs no stored blob lies in any more, deleted"))

@@ -6,7 +6,7 @@ from .. import audit, index, metrics, packs, publishing
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
-from .answers import PackUploadTargetsSchema
+from .answers import BlobUploadTargetsSchema, PackUploadTargetsSchema
 from . import Blueprint, services
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
@@ -75,7 +75,7 @@ def pack_targets(body, version_id):
 @blp.route("/<int:version_id>/uploads", methods=["POST"])
 @requires("write")
 @blp.arguments(UploadTargetsSchema)
-@blp.response(200)
+@blp.response(200, BlobUploadTargetsSchema)
 def blob_targets(body, version_id):
     """Upload targets for blobs of a pending version (a publish created with `inline_targets: false`): one
     `{sha256, targets: {identity, zstd}}` per blob not stored yet, each target a presigned PUT or

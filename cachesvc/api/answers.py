@@ -146,7 +146,10 @@ class StatsDaySchema(Schema):
     stored_bytes = fields.Integer(**_d("stored bytes at the day's end"))
     restores = fields.Integer(**_d("resolves that delivered a version that day"))
     misses = fields.Integer(**_d("resolves that delivered nothing that day"))
+    verdicts = fields.Integer(**_d("verdicts reported that day (client.verify())"))
     hits = fields.Integer(**_d("verdicts that saw cache hits that day"))
+    hit_rate = fields.Float(**_d("the day's hits / verdicts; null on a day without verdicts", allow_none=True))
+    compile_seconds_saved = fields.Float(**_d("compile seconds the day's hit verdicts saved"))
     publishes = fields.Integer(**_d("versions published that day"))
 
 

@@ -2,7 +2,7 @@
 
     python bench/why_no_hit.py [--entries 20000 100000] [--rounds 200]
 
-In-process (``cachesvc.resolving.resolve`` on one session, no HTTP), on a
+In-process (``cachesvc.resolve.resolver.resolve`` on one session, no HTTP), on a
 fresh PostgreSQL database (``BENCH_PG``; created and dropped) loaded with
 ``--entries`` entries: 1,000 model names, one environment (the worst case
 for the explanation query: every entry shares it), each entry one committed
@@ -59,7 +59,7 @@ def load(dbname: str, n: int) -> None:
 def measure(url: str, n: int, rounds: int) -> list:
     from cachesvc import config
     from cachesvc.db import Database
-    from cachesvc.resolving import resolve
+    from cachesvc.resolve.resolver import resolve
     from cachesvc.storage import from_url
 
     settings = config.load({"DATABASE_URL": url, "DATA_DIR": "/tmp/cachesvc-bench-why"})

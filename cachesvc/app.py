@@ -10,7 +10,7 @@ from flask_smorest import Api
 
 from . import __version__, auth, config, errors
 from .db import Database
-from .hits import HitLog
+from .resolve.hits import HitLog
 from .storage import Storage, from_url
 from .ttlcache import TTLCache
 
@@ -71,7 +71,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     )
     app.extensions["cachesvc"] = build_services(settings)
 
-    from . import web
+    from .browse import pages as web
     from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
                       verdicts, versions)
     from .api import remote_cache as remote_cache_api
@@ -91,13 +91,13 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     api = _Api(app)
     for module in (versions, blobs, packs_api, resolve, verdicts, entries, stats, admin, health, metrics_api, remote_cache_api):
         api.register_blueprint(module.blp)
-    from . import signin, web_admin
+    from .browse import signin, admin_pages as web_admin
 
     signin.install(app, settings)
     for page_bp in (web.bp, signin.bp, web_admin.bp):  # auth.PAGE_BLUEPRINTS
         app.register_blueprint(page_bp)
     app.register_blueprint(docs.bp)
-    from .scheduler import Scheduler
+    from .lifecycle.scheduler import Scheduler
 
     sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])
     app.before_request(sched.ensure_started)  # in the serving process, never before a fork

@@ -12,7 +12,7 @@ arguments or body are parsed: a request without the right token gets 401 or
 closed). Anonymous requests get ``read`` when ``CACHESVC_ANONYMOUS_READ`` is
 on, nothing otherwise; writing always needs a token.
 
-People sign in on the pages (``cachesvc.signin``): the signed session cookie
+People sign in on the pages (``cachesvc.browse.signin``): the signed session cookie
 holds a token's id and the first 16 hex digits of its hash, never the token.
 Requests to the page blueprints (``PAGE_BLUEPRINTS``) without an Authorization
 header are authenticated by it, checked against the tokens table on every

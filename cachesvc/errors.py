@@ -86,7 +86,7 @@ def _flatten(messages: Any, where: str = ""):
 
 def describe(exc: Exception) -> tuple:
     """(code, message, HTTP status, details) of a CacheError or an HTTPException: what the JSON
-    body says, and what the HTML pages (``cachesvc.signin``) show."""
+    body says, and what the HTML pages (``cachesvc.browse.signin``) show."""
     if isinstance(exc, CacheError):
         return exc.code, exc.message, exc.status, exc.details
     # flask-smorest / webargs put field errors in exc.data["messages"].

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, aliased
 
 from cachesvc_client import keys
 
-from . import verdicts
+from .resolve import verdicts
 from .errors import InvalidRequest, NotFound
 from .models import MAX_ID, Blob, Entry, Event, Pack, Version, VersionFile
 

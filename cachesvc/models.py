@@ -6,7 +6,7 @@
 A version is ``pending`` from publish until commit and ``committed`` after;
 only committed versions are ever resolved, so a publish is visible whole or
 not at all. A purge moves committed versions to ``purged`` (soft delete: see
-``cachesvc.collect`` for when their rows and blobs really go). ``Event`` rows
+``cachesvc.lifecycle.collect`` for when their rows and blobs really go). ``Event`` rows
 feed the stats (publishes, hits, misses, bytes stored and freed);
 ``AuditRecord`` rows say who changed what; ``Token`` rows hold the sha256 of
 each bearer token, never the token.
@@ -94,7 +94,7 @@ class Version(Base):
     last_restored_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
     restore_count: Mapped[int] = mapped_column(Integer, default=0)
     purged_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
-    # What processes that restored this version said afterwards (client.verify(), see cachesvc.verdicts)
+    # What processes that restored this version said afterwards (client.verify(), see cachesvc.resolve.verdicts)
     verify_count: Mapped[int] = mapped_column(Integer, default=0)
     no_hit_count: Mapped[int] = mapped_column(Integer, default=0)   # restores that delivered files but no hit
     last_verdict: Mapped[Optional[str]] = mapped_column(String(16))  # paid_off | partial | no_hits
@@ -121,7 +121,7 @@ class Blob(Base):
     """A stored object: present in storage and verified (local) or stat'ed (S3).
 
     A small blob may live in a pack instead of an object of its own: then ``pack_digest`` names
-    the pack and its stored bytes are ``stored_size`` bytes at ``pack_offset`` (``cachesvc.packs``).
+    the pack and its stored bytes are ``stored_size`` bytes at ``pack_offset`` (``cachesvc.storage.packs``).
     """
 
     __tablename__ = "blobs"
@@ -133,7 +133,7 @@ class Blob(Base):
     encoding: Mapped[str] = mapped_column(String(16))      # identity | zstd
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     # sha256 of the stored bytes, set only once the service itself has decoded exactly those bytes to
-    # ``digest`` (cachesvc.blobs); NULL: unchecked by the service, the client hashes the decoded bytes
+    # ``digest`` (cachesvc.storage.blobs); NULL: unchecked by the service, the client hashes the decoded bytes
     stored_sha256: Mapped[Optional[str]] = mapped_column(String(64))
     pack_digest: Mapped[Optional[str]] = mapped_column(String(64))  # None: an object of its own
     pack_offset: Mapped[Optional[int]] = mapped_column(BigInteger)

@@ -20,11 +20,11 @@ The value is opaque bytes (Inductor's JSON-encoded dict). It is stored
 zstd-compressed in the blob store under its sha256, so the blob layout, GC
 and both storage backends are the ones of published versions; a blob named
 by an item is never collected, and GC evicts items not used for
-``REMOTE_CACHE_MAX_IDLE_DAYS`` so it can collect theirs (``cachesvc.collect``).
+``REMOTE_CACHE_MAX_IDLE_DAYS`` so it can collect theirs (``cachesvc.lifecycle.collect``).
 
 A GET checks what it read before serving it (whoever can write to the bucket
 must not reach Inductor through it): the stored bytes are decoded, bounded by
-the value's size recorded at PUT (``cachesvc.decoding``), and must hash to
+the value's size recorded at PUT (``cachesvc.storage.decoding``), and must hash to
 the value's sha256 recorded at PUT; anything else is a miss, logged and
 counted (``corrupt``). The 200 carries that sha256 in ``X-Cachesvc-Sha256``
 for the client's own check. A PUT of a value whose stored object is lost or
@@ -48,7 +48,8 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import blobs, collect, decoding, packs
+from .storage import blobs, decoding, packs
+from .lifecycle import collect
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
 from .storage import BlobNotFound, ShortObject, Storage

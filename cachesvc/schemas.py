@@ -10,7 +10,7 @@ from cachesvc_client import keys
 from marshmallow import Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 
-from .fallback import STEPS as FALLBACK_STEPS
+from .resolve.fallback import STEPS as FALLBACK_STEPS
 
 
 def _rule(check):
@@ -119,7 +119,7 @@ class PackIndexSchema(Schema):
 class CommitSchema(Schema):
     uploaded = fields.List(fields.Nested(UploadedSchema), load_default=list)
     packs = fields.List(fields.Nested(PackIndexSchema), load_default=list, metadata={
-        "description": "packs uploaded for this version, each with where its members lie (cachesvc.packs)"})
+        "description": "packs uploaded for this version, each with where its members lie (cachesvc.storage.packs)"})
 
 
 class PackTargetSchema(Schema):

@@ -1,12 +1,12 @@
 """Admin: purge, garbage collection, the audit log and tokens. Everything here needs `admin`.
 
-Each view validates its arguments and calls one admin action (``cachesvc.actions``), the same
+Each view validates its arguments and calls one admin action (``cachesvc.lifecycle.actions``), the same
 code the `cachesvc` commands and the scheduler run.
 """
 from __future__ import annotations
 
 
-from .. import actions, audit
+from ..lifecycle import actions, audit
 from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
 from .answers import AuditListSchema, GcSchema, TokenCreatedSchema, TokenListSchema, TokenRevokedSchema

@@ -6,7 +6,8 @@ from typing import BinaryIO, Iterator
 
 from flask import Response, request, send_file
 
-from .. import blobs, metrics, packs
+from ..storage import blobs, packs
+from .. import metrics
 from ..errors import NotFound, Unavailable
 from ..models import Blob
 from ..schemas import BlobPutArgs, ErrorSchema

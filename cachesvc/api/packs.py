@@ -4,7 +4,8 @@ from __future__ import annotations
 from flask import Response, request
 from sqlalchemy import select
 
-from .. import blobs, metrics, packs
+from ..storage import blobs, packs
+from .. import metrics
 from ..auth import requires
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..models import Pack, Version

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from cachesvc_client.keys import ENV_FIELDS
 
-from .. import index, metrics, resolving
+from .. import index, metrics
+from ..resolve import resolver as resolving
 from ..schemas import ResolveArgs
 from ..auth import requires
 from . import Blueprint, services

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from .. import stats
+from ..browse import stats
 from ..auth import requires
 from ..schemas import StatsArgs
 from .answers import StatsSchema

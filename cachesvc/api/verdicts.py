@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 
-from .. import auth, verdicts
+from .. import auth
+from ..resolve import verdicts
 from ..auth import requires
 from ..schemas import VerdictSchema
 from .answers import VerdictAnswerSchema

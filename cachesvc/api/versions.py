@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 
-from .. import audit, index, metrics, packs, publishing
+from ..lifecycle import audit
+from .. import index, metrics
+from ..storage import packs
+from ..publish import versions as publishing
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema

@@ -1,21 +1,21 @@
 """Admin pages: purge a version or an entry (a dry-run preview, then a confirmation), the audit log, tokens.
 
-Every view needs `admin` and calls the one admin action there is for it (``cachesvc.actions``),
+Every view needs `admin` and calls the one admin action there is for it (``cachesvc.lifecycle.actions``),
 as the admin API and the `cachesvc` commands do, so a purge from a page is audited, collected
 and counted exactly as one from the CLI. Forms POST with the session's CSRF token
-(``cachesvc.signin``); the preview is a GET that changes nothing.
+(``cachesvc.browse.signin``); the preview is a GET that changes nothing.
 """
 from __future__ import annotations
 
 from flask import Blueprint, make_response, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
-from . import actions, audit
-from .api import services
-from .auth import requires
-from .errors import InvalidRequest
-from .models import MAX_ID
-from .schemas import AuditArgs, TokenCreateSchema
+from ..lifecycle import actions, audit
+from ..api import services
+from ..auth import requires
+from ..errors import InvalidRequest
+from ..models import MAX_ID
+from ..schemas import AuditArgs, TokenCreateSchema
 from .signin import page_blueprint
 
 bp = page_blueprint(Blueprint("web_admin", __name__, url_prefix="/admin", template_folder="templates"))

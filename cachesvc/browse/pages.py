@@ -2,7 +2,7 @@
 
 The pages read the same queries as the JSON API and need the same scope
 (`read`; anonymous when CACHESVC_ANONYMOUS_READ is on), from a bearer token or a
-sign-in (``cachesvc.signin``); the admin pages are ``cachesvc.web_admin``.
+sign-in (``cachesvc.browse.signin``); the admin pages are ``cachesvc.browse.admin_pages``.
 """
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from flask import Blueprint, render_template, request
 
 from cachesvc_client import keys
 
-from . import browse, charts, stats
-from .api import services
-from .auth import requires
-from .errors import InvalidRequest
-from .schemas import MAX_OFFSET, SORTS
+from . import queries as browse, charts, stats
+from ..api import services
+from ..auth import requires
+from ..errors import InvalidRequest
+from ..schemas import MAX_OFFSET, SORTS
 from .signin import page_blueprint
 
 bp = page_blueprint(Blueprint("web", __name__, template_folder="templates"))

@@ -8,7 +8,7 @@ An entry is listed while it has a committed version. Its row carries the
 newest committed version's bytes (``size``: what a restore fetches), the
 version count, the bytes of all its versions, the kinds of its committed
 versions, created / last restored and the restore count, and ``problem``
-when the newest version's restores get no cache hit (``cachesvc.verdicts``).
+when the newest version's restores get no cache hit (``cachesvc.resolve.verdicts``).
 With a ``kind`` filter only versions of that kind count, and only entries
 with one are listed.
 """
@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session, aliased
 
 from cachesvc_client import keys
 
-from . import index
-from .models import Blob, Entry, Version, VersionFile
+from .. import index
+from ..models import Blob, Entry, Version, VersionFile
 
 FILTER_FIELDS = ("name", "shape") + keys.ENV_FIELDS
 

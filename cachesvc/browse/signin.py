@@ -27,9 +27,9 @@ from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
 
-from . import auth, errors
-from .api import services
-from .errors import CacheError, Unauthorized
+from .. import auth, errors
+from ..api import services
+from ..errors import CacheError, Unauthorized
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ events they are counted from:
 
 ``restores``
     resolves that delivered a version: ``hit`` events (the exact key's newest
-    version, ``cachesvc.hits``) plus ``fallbacks``.
+    version, ``cachesvc.resolve.hits``) plus ``fallbacks``.
 ``fallbacks``
     resolves whose exact key had no version and that a fallback answered: ``miss``
     events that name the version the fallback delivered first.
@@ -30,7 +30,7 @@ from typing import Dict, List, Optional
 from sqlalchemy import case, distinct, func, select
 from sqlalchemy.orm import Session
 
-from .models import AuditRecord, Blob, Entry, Event, Version, utcnow
+from ..models import AuditRecord, Blob, Entry, Event, Version, utcnow
 
 VERDICTS = ("paid_off", "partial", "no_hits")
 HIT_VERDICTS = ("paid_off", "partial")

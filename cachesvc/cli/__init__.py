@@ -258,7 +258,7 @@ def purge(as_json, dry_run, url, token, **criteria):
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @admin_options
 def gc(as_json, url, token):
-    """Delete blobs no live version, publish in flight or recent purge needs (see cachesvc.collect)."""
+    """Delete blobs no live version, publish in flight or recent purge needs (see cachesvc.lifecycle.collect)."""
     admin = _admin(url, token)
     try:
         result = admin.gc()

@@ -1,7 +1,7 @@
 """The admin commands on the database and storage directly (no ``--url``): needs `cachesvc[server]`.
 
 The parts come from ``app.build_services``, the wiring ``create_app`` uses; arguments go
-through the admin API's request schemas and the work through ``cachesvc.actions``, so a
+through the admin API's request schemas and the work through ``cachesvc.lifecycle.actions``, so a
 command and ``POST /api/v1/admin/...`` validate, act and audit alike. Failures of the
 database, the storage or the settings become one line that says what to check.
 """
@@ -68,12 +68,12 @@ class DirectAdmin:
 
     @staticmethod
     def _actor() -> str:
-        from .. import audit
+        from ..lifecycle import audit
 
         return audit.cli_actor()
 
     def purge(self, criteria: dict, dry_run: bool) -> dict:
-        from .. import actions
+        from ..lifecycle import actions
         from ..schemas import PurgeSchema
 
         with translated(self.settings):
@@ -82,13 +82,13 @@ class DirectAdmin:
             return actions.purge(self.svc, body, actor=self._actor(), dry_run=dry_run)
 
     def gc(self) -> dict:
-        from .. import actions
+        from ..lifecycle import actions
 
         with translated(self.settings):
             return actions.gc(self.svc, actor=self._actor())
 
     def create_token(self, name: str, scope: str) -> dict:
-        from .. import actions
+        from ..lifecycle import actions
         from ..schemas import TokenCreateSchema
 
         with translated(self.settings):
@@ -96,13 +96,13 @@ class DirectAdmin:
             return actions.create_token(self.svc, body["name"], body["scope"], actor=self._actor())
 
     def list_tokens(self) -> list:
-        from .. import actions
+        from ..lifecycle import actions
 
         with translated(self.settings):
             return actions.list_tokens(self.svc)["tokens"]
 
     def revoke_token(self, ident: str) -> list:
-        from .. import actions
+        from ..lifecycle import actions
 
         with translated(self.settings):
             return actions.revoke_token(self.svc, ident, actor=self._actor())["revoked"]

@@ -3,7 +3,7 @@
 For a service in Kubernetes without ``kubectl exec``, and from the light install (requests
 only: nothing of the server's stack is imported here). Needs a token with scope ``admin``
 (``--token`` / ``CACHESVC_TOKEN``). The answers are the dicts the direct mode gets from
-``cachesvc.actions``, so both print the same; the service's refusals keep their exit codes
+``cachesvc.lifecycle.actions``, so both print the same; the service's refusals keep their exit codes
 (2 for a refused value, told in flags; 1 otherwise).
 
 A refused connection fails at once (no retries: the operator is there to run it again);

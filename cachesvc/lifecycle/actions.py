@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from . import audit, auth, collect
-from .errors import InvalidRequest
-from .models import Token
+from . import audit, collect
+from .. import auth
+from ..errors import InvalidRequest
+from ..models import Token
 
 
 def purge(svc, criteria: dict, *, actor: str, dry_run: bool = False) -> dict:

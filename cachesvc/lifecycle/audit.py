@@ -12,15 +12,15 @@ from typing import Any, Optional
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .index import iso
-from .models import AuditRecord, utcnow
+from ..index import iso
+from ..models import AuditRecord, utcnow
 
 ACTIONS = ("publish", "purge", "gc", "token.create", "token.revoke")
 
 
 def request_actor() -> str:
     """The principal of the current request ("token:<name>" or "anonymous")."""
-    from . import auth
+    from .. import auth
 
     return auth.current().name
 

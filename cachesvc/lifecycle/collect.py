@@ -27,7 +27,7 @@ every version left then protects, so a blob is collectable exactly when no
 ``version_files`` row and no live remote-cache item names it (items idle for
 ``REMOTE_CACHE_MAX_IDLE_DAYS`` are evicted first).
 
-**Packs** (``cachesvc.packs``) go whole: a pack, its row and its members' blob
+**Packs** (``cachesvc.storage.packs``) go whole: a pack, its row and its members' blob
 rows are deleted once none of its members is named by a version or a
 remote-cache item. A partly live pack stays as it is, dead members included,
 and those members stay indexed, so a later publish of one finds it stored.
@@ -65,11 +65,11 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 from sqlalchemy import delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import Session, selectinload
 
-from . import index
-from .db import Database
-from .errors import InvalidRequest
-from .models import Blob, Entry, Event, Pack, PendingPack, RemoteCacheItem, Version, VersionFile, utcnow
-from .storage import Storage, StorageError, blob_key, pack_key
+from .. import index
+from ..db import Database
+from ..errors import InvalidRequest
+from ..models import Blob, Entry, Event, Pack, PendingPack, RemoteCacheItem, Version, VersionFile, utcnow
+from ..storage import Storage, StorageError, blob_key, pack_key
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ the database file, taken without waiting. The process that gets it
 2. runs ``collect.gc``, which deletes a purged version's blobs only after
    ``GC_GRACE_SECONDS``, so restores that resolved it before the purge finish;
 
-through the admin actions (``cachesvc.actions``, as an admin's purge does), which write the
+through the admin actions (``cachesvc.lifecycle.actions``, as an admin's purge does), which write the
 ``purge``/``gc`` audit records, with the actor ``scheduler``. The
 others skip that round, so two processes never evict at once (and the store
 lock still serialises each step against publishes and admin purges).

@@ -15,8 +15,8 @@ from typing import Dict, List, Optional, Tuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from . import index
-from .models import Entry, Event, Version, utcnow
+from .. import index
+from ..models import Entry, Event, Version, utcnow
 
 
 def link(session: Session, entry: Entry, body: dict, files: List[dict], digest: str,

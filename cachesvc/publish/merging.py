@@ -27,9 +27,9 @@ from cachesvc_client import keys
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from . import index
-from .errors import InvalidRequest
-from .models import Version, VersionFile
+from .. import index
+from ..errors import InvalidRequest
+from ..models import Version, VersionFile
 
 #: the meta field where a merged version records its base (the service's, never a client's)
 BASE_FIELD = "merged_with"

@@ -10,13 +10,13 @@
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it. Large
    zstd blobs uploaded straight to storage are read back and decoded first
-   (``cachesvc.blobs.check_stored``): one that does not decode to its sha256
+   (``cachesvc.storage.blobs.check_stored``): one that does not decode to its sha256
    counts as missing, one that does gets its ``stored_sha256`` recorded.
 
 Content equal to the key's newest committed version of the same kind creates no
 version; content equal to another key's committed version is linked at once
-(``cachesvc.admission``); with ``merge`` the manifest is first unioned with
-the key's newest version (``cachesvc.merging``).
+(``cachesvc.publish.admission``); with ``merge`` the manifest is first unioned with
+the key's newest version (``cachesvc.publish.merging``).
 """
 from __future__ import annotations
 
@@ -29,10 +29,13 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import admission, blobs, collect, index, merging, packs as packs_mod
-from .errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
-from .models import Blob, Event, PendingPack, Version, VersionFile, utcnow
-from .storage import ENCODINGS, Storage, blob_key, incoming_key
+from . import admission, merging
+from ..storage import blobs, packs as packs_mod
+from ..lifecycle import collect
+from .. import index
+from ..errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
+from ..models import Blob, Event, PendingPack, Version, VersionFile, utcnow
+from ..storage import ENCODINGS, Storage, blob_key, incoming_key
 
 
 def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) -> Dict[str, int]:
@@ -183,7 +186,7 @@ def _place_uploads(session: Session, storage: Storage, found: List[dict]) -> Lis
 def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
                    packs: Optional[List[dict]] = None) -> dict:
     """Commit a pending version once every blob it names is stored, loose or in one of ``packs``
-    (verified first: ``cachesvc.packs.verify``). Raises BlobsMissing, InvalidRequest, Conflict."""
+    (verified first: ``cachesvc.storage.packs.verify``). Raises BlobsMissing, InvalidRequest, Conflict."""
     collect.store_lock(session)
     version = index.get_or_404(session, Version, version_id, "version")
     if version.state == "committed":

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from . import index
-from .models import Entry
+from .. import index
+from ..models import Entry
 
 FIELDS = ("name", "shape", "tags") + keys.ENV_FIELDS
 

@@ -32,10 +32,11 @@ from sqlalchemy.orm import Session, contains_eager
 
 from cachesvc_client import keys
 
-from . import explain, hits, index
+from . import explain, hits
+from .. import index
 from .answer import blob_entries
-from .models import Entry, Pack, Version, VersionFile
-from .storage import Storage
+from ..models import Entry, Pack, Version, VersionFile
+from ..storage import Storage
 
 STEPS = ("shape", "shapes", "name")
 

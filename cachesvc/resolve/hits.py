@@ -7,7 +7,7 @@ writes them in one transaction, in id order (so two workers flushing at once
 cannot deadlock):
 
     entries, versions:  restore_count += n, last_restored_at = max(old, newest hit)
-    events:             one ``hit`` row per hit: a restore of the exact key (``cachesvc.stats``)
+    events:             one ``hit`` row per hit: a restore of the exact key (``cachesvc.browse.stats``)
 
 A daemon thread flushes every ``HIT_FLUSH_SECONDS`` and ``close()`` flushes
 once more; it runs at interpreter exit too, which is how gunicorn workers end.
@@ -31,8 +31,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from sqlalchemy import bindparam, case, insert, or_, update
 
-from .db import Database
-from .models import Entry, Event, Version, utcnow
+from ..db import Database
+from ..models import Entry, Event, Version, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _write(conn, entries: Tally, versions: Tally, events: List[dict]) -> None:
 def write_now(session, restores: Iterable[Tuple[int, int, int, Optional[float]]], kind: str = "hit") -> None:
     """Count ``restores`` (entry id, version id, bytes, compile seconds) in ``session``'s transaction:
     each entry and version once, one ``kind`` event per restore. For a resolve with no HitLog at
-    hand, and for fallback answers (``cachesvc.fallback``), which are counted in the request."""
+    hand, and for fallback answers (``cachesvc.resolve.fallback``), which are counted in the request."""
     now = utcnow()
     rows = list(restores)
     _write(session.connection(), {e: (1, now) for e, _, _, _ in rows}, {v: (1, now) for _, v, _, _ in rows},

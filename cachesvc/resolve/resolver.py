@@ -5,19 +5,20 @@ from typing import Optional, Sequence
 
 from sqlalchemy.orm import Session
 
-from . import explain, fallback, index
+from . import explain, fallback
+from .. import index
 from .answer import blob_entries
 from .hits import HitLog, write_now
-from .models import Event
-from .storage import Storage
+from ..models import Event
+from ..storage import Storage
 
 
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallbacks: Sequence[str] = (),
             fallback_max_bytes: Optional[int] = None, hits: Optional[HitLog] = None,
             kind: str = "inductor-dir") -> dict:
     """Return the newest committed version of ``kind`` with its manifest and blob URLs, else the first
-    fallback that finds something (``cachesvc.fallback``; inductor-dir only), else
-    ``{"hit": False, "reason": ..., "nearest": [...]}`` (``cachesvc.explain``).
+    fallback that finds something (``cachesvc.resolve.fallback``; inductor-dir only), else
+    ``{"hit": False, "reason": ..., "nearest": [...]}`` (``cachesvc.resolve.explain``).
 
     A hit counts as a restore of the entry and the version (the counters the
     browse pages and purge-by-last-use read): recorded in ``hits``, which writes
@@ -33,7 +34,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
         found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes) \
             if kind == "inductor-dir" else None
         if found is not None:
-            miss.version_id = found["version"]["id"]  # the exact key missed, a fallback delivered (cachesvc.stats)
+            miss.version_id = found["version"]["id"]  # the exact key missed, a fallback delivered (cachesvc.browse.stats)
             return dict(found, reason=reason)
         return {"hit": False, "reason": reason, "nearest": explain.nearest(session, key)}
 

@@ -24,8 +24,8 @@ from typing import List, Optional
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from .errors import NotFound
-from .models import MAX_ID, Event, Version, utcnow
+from ..errors import NotFound
+from ..models import MAX_ID, Event, Version, utcnow
 
 
 def _saved(versions: List[Version], verdict: str, first_call_seconds: Optional[float]) -> Optional[float]:
@@ -42,7 +42,7 @@ def is_problem(v: Version) -> bool:
 def record(session: Session, version_ids: List[int], verdict: str, fallback: str,
            first_call_seconds: Optional[float] = None, *, trusted: bool) -> List[dict]:
     """Count ``verdict`` on each version, and the verdict once in the stats (an event of its kind,
-    ``cachesvc.stats``). It sets ``last_verdict`` (and may mark a problem) only when ``trusted`` (sent
+    ``cachesvc.browse.stats``). It sets ``last_verdict`` (and may mark a problem) only when ``trusted`` (sent
     with a token) and not a fallback's. An exact-key verdict that saw hits and says how long the restored
     process's first call took records the compile seconds it saved: the version's cold compile
     minus that first call, never below 0 (a fallback delivered another key's versions, whose cold

@@ -7,7 +7,7 @@ Object layout (the same on both backends)::
     [<prefix>/]v1/packs/<sha256[:2]>/<sha256>        a pack: small blobs' stored bytes, concatenated
 
 A pack is named by the sha256 of its own bytes; where each member lies in it
-(offset, stored size, encoding) is in the index (``cachesvc.packs``).
+(offset, stored size, encoding) is in the index (``cachesvc.storage.packs``).
 
 The sha256 is always that of the *uncompressed* content, so a blob keeps its
 name whatever encoding the publisher chose. ``v1`` leaves room to change the

@@ -2,7 +2,7 @@
 straight to storage (presigned) and read back at commit.
 
 A body is streamed to a temp file while its sha256 is computed over the
-*decoded* bytes, decoded by ``cachesvc.decoding`` (bounded by the manifest's
+*decoded* bytes, decoded by ``cachesvc.storage.decoding`` (bounded by the manifest's
 size); only a body whose digest matches is handed to storage, so a bad upload
 leaves nothing behind (validate first, then write). A zstd body may be
 several concatenated frames (large blobs are published that way so that
@@ -30,11 +30,11 @@ from typing import BinaryIO, Optional, Tuple
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
-from . import index
+from .. import index
 from .decoding import BadBlob, Decode  # BadBlob is raised through this module's API too
-from .errors import Conflict, InvalidRequest
-from .models import Blob, Version, VersionFile, utcnow
-from .storage import BlobNotFound, Storage, blob_key
+from ..errors import Conflict, InvalidRequest
+from ..models import Blob, Version, VersionFile, utcnow
+from . import BlobNotFound, Storage, blob_key
 
 #: objects uploaded straight to storage at least this large (decoded) are read back and checked at
 #: commit, so their stored_sha256 can be recorded; smaller ones are hashed by the restoring client
@@ -49,7 +49,7 @@ _DIGEST_LOCK_SPACE = 0x626C6F62  # "blob"
 
 
 class _Check:
-    """Decode a stored stream (``cachesvc.decoding``: it stops one byte past ``size``, the blob's declared
+    """Decode a stored stream (``cachesvc.storage.decoding``: it stops one byte past ``size``, the blob's declared
     decoded size), hashing the stored bytes and the decoded ones, and passing each stored chunk on to
     ``sink`` (a temp file's write, or nothing)."""
 

@@ -14,12 +14,12 @@ size; one bad member fails the whole commit with a 400 and records nothing.
 A member becomes a ``blobs`` row with ``pack_digest`` / ``pack_offset``; a
 blob already stored (loose or in another pack) keeps its row, so nothing is
 ever packed twice. GC deletes a pack whole once no protecting version names
-any of its members (``cachesvc.collect``).
+any of its members (``cachesvc.lifecycle.collect``).
 
 A recorded pack's object is never written again: its upload target is the
 service's own URL, never a presigned PUT (``upload_targets``), and a PUT of it
 is checked and writes nothing (``claim``, ``store``). Members are decoded by
-``cachesvc.decoding``, bounded by their declared size.
+``cachesvc.storage.decoding``, bounded by their declared size.
 """
 from __future__ import annotations
 
@@ -32,11 +32,12 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from . import blobs, index
+from . import blobs
+from .. import index
 from .decoding import BadBlob, decode_all
-from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
-from .models import Blob, Pack, PendingPack, Version, utcnow
-from .storage import BlobNotFound, Storage, blob_key, incoming_key, pack_key
+from ..errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
+from ..models import Blob, Pack, PendingPack, Version, utcnow
+from . import BlobNotFound, Storage, blob_key, incoming_key, pack_key
 
 #: blobs smaller than this (decoded) are packed by the client
 MAX_MEMBER = 256 << 10

@@ -6,7 +6,7 @@ through the service. botocore errors are translated here and go no further.
 A presigned GET URL is reused for half its lifetime (a resolve hands out one
 per blob): every URL handed out is still valid for at least ``expires / 2``
 seconds, and none outlives what a freshly signed one would, so the GC grace
-(see ``cachesvc.collect``) still outlives every URL. New GET URLs are signed
+(see ``cachesvc.lifecycle.collect``) still outlives every URL. New GET URLs are signed
 by ``presign.GetPresigner`` (SigV4 query signing, path-style, the same URL
 botocore makes): 0.02 ms a URL, against 0.2 ms through botocore's signer
 object and 0.8 ms through ``generate_presigned_url``. PUT URLs still come

@@ -27,7 +27,8 @@ import pytest
 import requests
 from sqlalchemy import func, select
 
-from cachesvc import collect, config, db as cachesvc_db
+from cachesvc.lifecycle import collect
+from cachesvc import config, db as cachesvc_db
 from cachesvc.models import Blob, Version
 from cachesvc.storage import from_url
 from cachesvc_client import CacheClient

@@ -20,8 +20,8 @@ import pytest
 import zstandard
 from sqlalchemy import select
 
-from cachesvc import blobs
-from cachesvc.decoding import CHUNK, BadBlob, Decode, decode_all
+from cachesvc.storage import blobs
+from cachesvc.storage.decoding import CHUNK, BadBlob, Decode, decode_all
 from cachesvc.models import Blob
 from cachesvc.storage import blob_key
 from tests.helpers import ENV, key, put_blob, sha, zstd_bomb

@@ -266,7 +266,7 @@ def test_index_searches_flags_problems_and_fills_shared_bytes_and_hit_rates(clie
     assert "<th>compile seconds saved</th><td>7.0</td>" in page
     assert '<span class="hit-rate"><span title="1 of 1 verdicts saw hits">100 %</span></span>' in page, "per version"
 
-    from cachesvc import web
+    from cachesvc.browse import pages as web
 
     monkeypatch.setattr(web, "PAGE", 1)  # the next page of a search keeps the search
     first = client.get("/", query_string={"q": "E"}).get_data(as_text=True)  # bert, resnet50

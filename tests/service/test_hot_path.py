@@ -7,7 +7,7 @@ import pytest
 import requests
 from sqlalchemy import event, select
 
-from cachesvc.hits import HitLog
+from cachesvc.resolve.hits import HitLog
 from cachesvc.models import Entry, Event, Token, Version, utcnow
 from cachesvc.storage import blob_key
 from cachesvc.ttlcache import TTLCache

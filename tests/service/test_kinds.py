@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
-from cachesvc import collect
+from cachesvc.lifecycle import collect
 from cachesvc.models import Version, utcnow
 from tests.helpers import key, publish, publish_body, resolve_params
 from tests.service.test_purge_gc import admin, keys_in

@@ -10,7 +10,8 @@ import zstandard
 from alembic import command
 from sqlalchemy import create_engine, select, text
 
-from cachesvc import collect, db
+from cachesvc.lifecycle import collect
+from cachesvc import db
 from cachesvc.models import Blob, Pack, PendingPack, Version, utcnow
 from cachesvc.storage import pack_key
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha

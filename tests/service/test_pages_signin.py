@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from cachesvc import actions
+from cachesvc.lifecycle import actions
 from tests.helpers import key, publish, resolve_params
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)

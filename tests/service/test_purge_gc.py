@@ -13,7 +13,7 @@ import time
 import pytest
 from sqlalchemy import func, select, update
 
-from cachesvc import collect
+from cachesvc.lifecycle import collect
 from cachesvc.models import Blob, Entry, Version, VersionFile, utcnow
 from cachesvc.storage import blob_key, incoming_key
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha

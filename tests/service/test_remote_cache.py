@@ -13,7 +13,7 @@ import pytest
 import zstandard
 from sqlalchemy import select, update
 
-from cachesvc import collect
+from cachesvc.lifecycle import collect
 from cachesvc.models import Blob, RemoteCacheItem
 from cachesvc.storage import blob_key, pack_key
 from tests.helpers import ENV, publish, publish_body, sha

@@ -14,10 +14,10 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
-from .http import CONNECT_TIMEOUT, ServiceAPI
 from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
-from .restore import restore as _restore
+from .restore.snapshot import restore as _restore
+from .transport import CONNECT_TIMEOUT, ServiceAPI
 from .verify import REPORTED, Verdict, judge, record_verdict, stamped_report
 
 log = logging.getLogger("cachesvc_client")

@@ -6,11 +6,12 @@ imports (and ``environment()`` works) in a container without them.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
 import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 #: Fields of ``environment()``, in order (same as keys.ENV_FIELDS).
 FIELDS = ("torch", "triton", "cuda", "python", "device", "arch")
@@ -162,6 +163,16 @@ def environment() -> Dict[str, str]:
             except Exception:  # noqa: BLE001 - a fingerprint field must never crash the caller
                 env[field] = "unknown"
     return env
+
+
+def torch_dir() -> Optional[str]:
+    """Where torch is installed. Inductor's C++ cache keys hold its include paths, so a
+    restore into a container with torch elsewhere hits the graph cache but rebuilds kernels."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec and spec.origin else None
 
 
 # --------------------------------------------------------------------------

@@ -39,7 +39,7 @@ cache served it: keep the remote cache on in every process of the fleet,
 and publish snapshots from processes that compiled.
 
 **Never fails the process; checks what it hands Inductor**: see
-``cachesvc_client.remote_backend``, the byte-level backend over HTTP.
+``cachesvc_client.transport.remote``, the byte-level backend over HTTP.
 
 In the compile worker processes Inductor starts for GPU kernels the hook is
 not set; the autotune cache those workers create is rebuilt in this process
@@ -57,8 +57,9 @@ from typing import Dict, Optional, Tuple
 from . import keys
 from .errors import CacheClientError
 from .fingerprint import environment
-from .http import check_url
-from .remote_backend import MAX_VALUE, BackendStats, HTTPBackend, new_session  # noqa: F401 - public here too
+from .transport.api import check_url
+from .transport.remote import MAX_VALUE, SESSION_POOL, BackendStats, HTTPBackend  # noqa: F401 - public here too
+from .transport.session import new_session
 
 log = logging.getLogger("cachesvc_client.remote_cache")
 
@@ -157,13 +158,13 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
         status.local_only = dict.fromkeys(caches, reason)
         log.warning("cachesvc remote cache not enabled: %s", reason)
         return status
-    session = new_session(token)
+    session = new_session(SESSION_POOL, token)
     with _hook_lock:
         for cache in caches:
             problem = check_hook(cache)
             if problem is None:
                 try:
-                    backend = HTTPBackend(url, cache, env, token, timeout=timeout, cooldown=cooldown,
+                    backend = HTTPBackend(url, cache, env, token=token, timeout=timeout, cooldown=cooldown,
                                           session=session, max_bytes=max_bytes)
                     _install(cache, backend)
                     status.enabled[cache] = backend

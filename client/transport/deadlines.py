@@ -31,7 +31,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from .errors import ServiceUnavailable
+from ..errors import ServiceUnavailable
 
 log = logging.getLogger("cachesvc_client")
 

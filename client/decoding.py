@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
 
 import zstandard
 
@@ -29,7 +30,6 @@ from .errors import IntegrityError
 
 #: the largest zstd window decoded (our publishers' level 3 uses 2 MiB; a frame wanting more is refused)
 MAX_WINDOW = 8 << 20
-_LOCAL = threading.local()  # one-shot decompressor per thread (pack members: thousands per restore)
 
 
 class Oversize(IntegrityError):
@@ -45,6 +45,47 @@ def stored_limit(encoding: str, size: int) -> int:
 def decompressor(max_window: int = MAX_WINDOW) -> zstandard.ZstdDecompressor:
     """A fresh zstd decompressor that refuses windows over ``max_window`` (not thread-safe: one per stream)."""
     return zstandard.ZstdDecompressor(max_window_size=max_window)
+
+
+class Decoders:
+    """What the decodes of one restore share: a zstd context per thread and window (one-shot decodes of
+    pack members: thousands per restore, each a fresh context otherwise) and, on first need, the small
+    thread pool that decodes independent frames in parallel (``frames.ParallelDecoder``).
+
+    Thread-safe. Use as a context manager, or ``close()``: that waits for the pool's threads.
+    """
+
+    def __init__(self, threads: int = 2):
+        self.threads = threads
+        self._local = threading.local()
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._lock = threading.Lock()
+
+    def context(self, max_window: int = MAX_WINDOW) -> zstandard.ZstdDecompressor:
+        """The calling thread's decompressor for ``max_window`` (reused: one decode at a time per thread)."""
+        contexts = self._local.__dict__.setdefault("contexts", {})
+        dctx = contexts.get(max_window)
+        if dctx is None:
+            dctx = contexts[max_window] = decompressor(max_window)
+        return dctx
+
+    def pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="cachesvc-zstd")
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Decoders":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class Limited:
@@ -108,9 +149,10 @@ def decode_into(src, encoding: str, size: int, what: str, emit: Callable[[memory
         raise IntegrityError(f"{what}: decodes to {got} bytes, expected {size}")
 
 
-def decode_bytes(data, encoding: str, size: int, what: str) -> bytes:
+def decode_bytes(data, encoding: str, size: int, what: str, *, decoders: Optional[Decoders] = None) -> bytes:
     """One pack member's stored bytes, decoded: exactly ``size`` bytes, or IntegrityError (Oversize when
-    it would decode to more). Allocates at most ``size`` bytes."""
+    it would decode to more). Allocates at most ``size`` bytes. ``decoders``: the restore's contexts
+    (None: a fresh one)."""
     if encoding == "identity":
         if len(data) != size:
             raise IntegrityError(f"{what}: {len(data)} stored bytes, expected {size}")
@@ -120,9 +162,7 @@ def decode_bytes(data, encoding: str, size: int, what: str) -> bytes:
         if declared not in (-1, size):
             raise (Oversize if declared > size else IntegrityError)(
                 f"{what}: its zstd frame declares {declared} bytes, expected {size}; refused")
-        dctx = getattr(_LOCAL, "dctx", None)
-        if dctx is None:
-            dctx = _LOCAL.dctx = decompressor()
+        dctx = decoders.context() if decoders is not None else decompressor()
         # A declared size is what decompress() allocates (checked above); an undeclared one gets size + 1.
         raw = dctx.decompress(data, max_output_size=size + 1)
     except zstandard.ZstdError as exc:

@@ -19,21 +19,14 @@ FIELDS = ("torch", "triton", "cuda", "python", "device", "arch")
 #: ``CACHESVC_ENV_<FIELD>`` overrides a field (e.g. CACHESVC_ENV_DEVICE=H100).
 OVERRIDE_PREFIX = "CACHESVC_ENV_"
 
-_NOT_LOADED = object()
-_torch_module: Any = _NOT_LOADED
-
-
 def _torch() -> Any:
-    """The torch module, or None when it is not installed. Imported once, on first need."""
-    global _torch_module
-    if _torch_module is _NOT_LOADED:
-        try:
-            import torch  # noqa: PLC0415
-        except ImportError:
-            _torch_module = None
-        else:
-            _torch_module = torch
-    return _torch_module
+    """The torch module, or None when it is not installed (imported on first need; a repeated failed import
+    is cheap: the import system caches the folders it searched)."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return None
+    return torch
 
 
 def _cuda_available(torch: Any) -> bool:

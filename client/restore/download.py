@@ -131,13 +131,15 @@ def _cleanup(tmp: str, exc: BaseException, deadline: Optional[Deadline], what: s
 
 def download(transport: Transport, url: str, headers: dict, *, encoding: str, digest: str, size: int,
              dest_dir: str, stall_timeout: float, on_bytes: Callable[[int], None],
-             deadline: Optional[Deadline] = None, stored_sha256: Optional[str] = None) -> str:
+             deadline: Optional[Deadline] = None, stored_sha256: Optional[str] = None,
+             decoders: Optional[decoding.Decoders] = None) -> str:
     """Fetch a blob into a new temp file in ``dest_dir`` and return its path.
 
     ``stored_sha256``: the sha256 of the stored (encoded) bytes, as the
     service recorded it after checking that they decode to ``digest``; for a
     large zstd blob the stored bytes are hashed instead of the decoded ones,
     and the decoded file is hashed only when that does not match.
+    ``decoders``: the restore's decoder pool, for blobs published as frames.
 
     Raises IntegrityError when the bytes do not decode to ``size`` bytes
     hashing to ``digest`` (``decoding.Oversize`` past ``size``),
@@ -155,7 +157,8 @@ def download(transport: Transport, url: str, headers: dict, *, encoding: str, di
             try:
                 blobs.get(transport, url, headers, stall_timeout=stall_timeout, deadline=deadline, what=what,
                           consume=lambda resp: _decode(resp, sink, encoding, size=size, what=what,
-                                                       on_bytes=on_bytes, stored_sha=stored_sha))
+                                                       on_bytes=on_bytes, stored_sha=stored_sha,
+                                                       decoders=decoders))
             finally:
                 sink.close()
         if stored_sha is not None and stored_sha.hexdigest() == stored_sha256:
@@ -187,7 +190,7 @@ class _Prefixed:
 
 
 def _decode(resp, sink: _HashingWriter, encoding: str, *, size: int, what: str, on_bytes: Callable[[int], None],
-            stored_sha=None) -> None:
+            stored_sha=None, decoders: Optional[decoding.Decoders] = None) -> None:
     """Stream the stored bytes of ``resp`` through the bounded decoder into ``sink``.
 
     Large blobs decode into a few reused buffers (fresh multi-MB allocations for every chunk cost a
@@ -201,7 +204,7 @@ def _decode(resp, sink: _HashingWriter, encoding: str, *, size: int, what: str, 
         if encoding == "zstd":
             head = src.read(18)  # the longest zstd frame header: enough to read the first frame's size
             if frames.parallel_ok(head):
-                _decode_frames(src, head, sink, size=size, what=what)
+                _decode_frames(src, head, sink, size=size, what=what, decoders=decoders)
                 return
             src = _Prefixed(head, src)
         decoding.decode_into(src, encoding, size, what, sink.write, decoding.buffers(LARGE_BUFFERS, LARGE_BUFFER))
@@ -209,9 +212,10 @@ def _decode(resp, sink: _HashingWriter, encoding: str, *, size: int, what: str, 
         raise IntegrityError(f"{what}: bad zstd data: {exc}") from None
 
 
-def _decode_frames(src, head: bytes, sink: _HashingWriter, *, size: int, what: str) -> None:
+def _decode_frames(src, head: bytes, sink: _HashingWriter, *, size: int, what: str,
+                   decoders: Optional[decoding.Decoders]) -> None:
     """Decode a stream of small independent frames on the shared decoder pool (``frames``)."""
-    dec = frames.ParallelDecoder(sink.write, limit=size, what=what)
+    dec = frames.ParallelDecoder(sink.write, limit=size, what=what, decoders=decoders)
     try:
         dec.feed(head)
         while True:
@@ -225,11 +229,12 @@ def _decode_frames(src, head: bytes, sink: _HashingWriter, *, size: int, what: s
     if dec.declared != size:
         raise IntegrityError(f"{what}: its zstd frames decode to {dec.declared} bytes, expected {size}")
 
-def write_member(data, *, encoding: str, digest: str, size: int, dest_dir: str) -> str:
+def write_member(data, *, encoding: str, digest: str, size: int, dest_dir: str,
+                 decoders: Optional[decoding.Decoders] = None) -> str:
     """Decode one pack member's stored bytes (bounded by ``size``), check its sha256, and write it to a new
     temp file in ``dest_dir``; return its path. Raises IntegrityError (nothing left behind), OSError."""
     what = f"blob {digest[:12]} (in its pack)"
-    raw = decoding.decode_bytes(data, encoding, size, what)
+    raw = decoding.decode_bytes(data, encoding, size, what, decoders=decoders)
     got = hashlib.sha256(raw).hexdigest()
     if got != digest:
         raise IntegrityError(f"{what}: decodes to {size} bytes hashing to {got[:12]}, expected {digest[:12]}")

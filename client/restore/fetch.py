@@ -21,7 +21,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
-from .. import packing
+from .. import frames, packing
+from ..decoding import Decoders
 from ..errors import CacheClientError, IntegrityError, ServiceUnavailable
 from ..progress import Progress
 from ..transport import blobs as transport_blobs
@@ -57,6 +58,7 @@ class Fetcher:
         self.stall_timeout, self.deadline = stall_timeout, deadline
         self.storage_down = threading.Event()
         self.progress: Optional[Progress] = None
+        self.decoders = Decoders(frames.DECODE_THREADS)  # this restore's zstd contexts and frame pool
 
     def fetch_all(self, name: str, workers: int) -> Dict[str, Optional[str]]:
         """Fetch every wanted blob; digest -> problem (None: placed at all its targets)."""
@@ -73,7 +75,7 @@ class Fetcher:
         total = sum(self.blobs[d]["stored_size"] for d in self.wanted)
         nfiles = sum(len(t) for t in self.wanted.values())
         problems: Dict[str, Optional[str]] = {}
-        with Progress(f"restore {name}", nfiles, total, log) as self.progress:
+        with Progress(f"restore {name}", nfiles, total, log) as self.progress, self.decoders:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 loose_done = pool.map(self.fetch_loose, loose)
                 runs_done = pool.map(self.fetch_run, runs)
@@ -114,7 +116,8 @@ class Fetcher:
             tmp = download.download(self.api.transport, url, self.api.auth_headers(url), encoding=blob["encoding"],
                                     digest=digest, size=blob["size"], dest_dir=os.path.dirname(targets[0][0]),
                                     stall_timeout=self.stall_timeout, on_bytes=self._advance,
-                                    deadline=self.deadline, stored_sha256=blob.get("stored_sha256"))
+                                    deadline=self.deadline, stored_sha256=blob.get("stored_sha256"),
+                                    decoders=self.decoders)
             place(tmp, targets)
             self.progress.advance(len(targets), 0)
 
@@ -145,7 +148,8 @@ class Fetcher:
                 raise IntegrityError(f"blob {digest[:12]}: its pack slice lies outside the bytes received")
             os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
             tmp = download.write_member(view[lo:lo + b["stored_size"]], encoding=b["encoding"], digest=digest,
-                                        size=b["size"], dest_dir=os.path.dirname(targets[0][0]))
+                                        size=b["size"], dest_dir=os.path.dirname(targets[0][0]),
+                                        decoders=self.decoders)
             place(tmp, targets)
         except (CacheClientError, OSError) as exc:
             return _message(exc)

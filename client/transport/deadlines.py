@@ -13,6 +13,12 @@ connection back in its pool is never cut.
 
 Costs: a thread-local lookup per request and a heap push per deadline; no
 thread or timer per request (a timer per blob cost as much as a small GET).
+
+Module state, and why: the watchdog (``_WATCHDOG``) is one thread for the
+process, and the deadlines guarding a thread (``_LOCAL``) are found by the
+connection itself, because requests and urllib3 give no way to hand a
+deadline down to the socket a request will use. Both are registries that
+``Deadline`` objects enter and leave; nothing else keeps state here.
 """
 from __future__ import annotations
 

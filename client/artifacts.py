@@ -240,7 +240,7 @@ def load_precompiled(artifact: Any, kind: Optional[str] = None, meta: Optional[D
 # -- publish and fetch (no torch) --------------------------------------------------------------------
 
 
-def publish_file(api: ServiceAPI, key: dict, kind: str, path: str, meta: Dict[str, str], *,
+def publish_file(api: ServiceAPI, key: dict, kind: str, *, path: str, meta: Dict[str, str],
                  compile_seconds: Optional[float] = None, workers: int = 8) -> PublishReport:
     """Publish the file at ``path`` as the one file of a version of ``kind``."""
     keys.check_kind(kind)
@@ -261,7 +261,7 @@ def artifact_dir(cache_dir: str, kind: str, version_id: int) -> str:
     return os.path.join(inductor, STATE_DIR, "artifacts", kind, str(version_id))
 
 
-def fetch(api: ServiceAPI, key: dict, kind: str, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
+def fetch(api: ServiceAPI, key: dict, kind: str, *, cache_dir: str, workers: int = 16, timeout: float = 30.0,
           stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
     """Fetch the newest version of ``kind`` for ``key`` into ``artifact_dir``; the report lists the files.
 

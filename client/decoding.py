@@ -10,8 +10,8 @@ window, which is capped (``MAX_WINDOW``; a frame asking for more is
 refused). The stored bytes are bounded too (``stored_limit``), so a stream
 that decodes to nothing cannot feed a restore for ever.
 
-    decode_into(src, encoding, size, emit, buffers)  a stream: pull, decode, emit pieces (downloads)
-    decode_bytes(data, encoding, size)               one pack member, already in memory
+    decode_into(src, encoding, size, what=, emit=, buffers=)  a stream: pull, decode, emit pieces (downloads)
+    decode_bytes(data, encoding, size, what=)                one pack member, already in memory
     Limited(raw, limit, ...)                         a readable that refuses past ``limit`` stored bytes
 
 Frames decoded in parallel (``frames.ParallelDecoder``) use the same rule:
@@ -94,7 +94,7 @@ class Limited:
     ``on_bytes(n)`` is told of every read (progress); ``sha``, if given, hashes what passes.
     """
 
-    def __init__(self, raw, limit: int, what: str, on_bytes: Callable[[int], None] = lambda n: None, sha=None):
+    def __init__(self, raw, limit: int, what: str, *, on_bytes: Callable[[int], None] = lambda n: None, sha=None):
         self.raw, self.left, self.what, self.on_bytes, self.sha = raw, limit, what, on_bytes, sha
 
     def _passed(self, n: int, data) -> None:
@@ -118,7 +118,7 @@ class Limited:
         return n
 
 
-def decode_into(src, encoding: str, size: int, what: str, emit: Callable[[memoryview, Callable[[], None]], None],
+def decode_into(src, encoding: str, size: int, *, what: str, emit: Callable[[memoryview, Callable[[], None]], None],
                 buffers: "queue.Queue[bytearray]") -> None:
     """Read stored bytes from ``src``, decode them and ``emit(view, release)`` the decoded bytes in pieces
     of at most one buffer from ``buffers`` (``release()`` hands the buffer back; ``emit`` may pass both to
@@ -149,7 +149,7 @@ def decode_into(src, encoding: str, size: int, what: str, emit: Callable[[memory
         raise IntegrityError(f"{what}: decodes to {got} bytes, expected {size}")
 
 
-def decode_bytes(data, encoding: str, size: int, what: str, *, decoders: Optional[Decoders] = None) -> bytes:
+def decode_bytes(data, encoding: str, size: int, *, what: str, decoders: Optional[Decoders] = None) -> bytes:
     """One pack member's stored bytes, decoded: exactly ``size`` bytes, or IntegrityError (Oversize when
     it would decode to more). Allocates at most ``size`` bytes. ``decoders``: the restore's contexts
     (None: a fresh one)."""

@@ -47,7 +47,7 @@ def loaded(maps: Optional[str] = None) -> List[str]:
     return sorted(found)
 
 
-def add(files: List[dict], where: Dict[Tuple[str, str], str], roots: List[roots_mod.Root],
+def add(files: List[dict], where: Dict[Tuple[str, str], str], roots: List[roots_mod.Root], *,
         maps: Optional[str] = None) -> List[roots_mod.Root]:
     """List each loaded driver helper that lies in Triton's own dir and in no root, in ``files`` /
     ``where`` (as ``snapshot`` makes them; edited in place), under a ``triton`` root for that dir.

@@ -117,7 +117,7 @@ def parallel_ok(first_bytes) -> bool:
     return size is not None and size <= FRAME_MAX
 
 
-def _decode_into(decoders: Decoders, frame: bytes, buf: bytearray, size: int) -> memoryview:
+def _decode_into(decoders: Decoders, frame: bytes, *, buf: bytearray, size: int) -> memoryview:
     """Decode one whole frame into ``buf``; the view of its ``size`` decoded bytes. Raises FrameError."""
     out = memoryview(buf)[:size]
     got = 0
@@ -175,7 +175,7 @@ class ParallelDecoder:
         buf = self._free.get()  # waits while the consumer holds them all
         if buf is None or len(buf) < size:
             buf = bytearray(max(size, FRAME_SIZE))
-        self._pending.append((self.decoders.pool().submit(_decode_into, self.decoders, frame, buf, size), buf))
+        self._pending.append((self.decoders.pool().submit(_decode_into, self.decoders, frame, buf=buf, size=size), buf))
 
     def feed(self, data) -> None:
         self._buf += data

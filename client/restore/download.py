@@ -120,7 +120,7 @@ class _HashingWriter:
             raise self._error
 
 
-def _cleanup(tmp: str, exc: BaseException, deadline: Optional[Deadline], what: str) -> None:
+def _cleanup(tmp: str, exc: BaseException, *, deadline: Optional[Deadline], what: str) -> None:
     """After a failed download: the temp file goes first; then, for a transfer cut off at the deadline,
     say so (whatever the cut-off read raised)."""
     with contextlib.suppress(FileNotFoundError):
@@ -168,7 +168,7 @@ def download(transport: Transport, url: str, headers: dict, *, encoding: str, di
             raise IntegrityError(f"{what}: its {size} bytes hash to {got[:12]}, expected {digest[:12]}")
         return tmp
     except BaseException as exc:
-        _cleanup(tmp, exc, deadline, what)
+        _cleanup(tmp, exc, deadline=deadline, what=what)
         raise
 
 class _Prefixed:
@@ -196,10 +196,10 @@ def _decode(resp, sink: _HashingWriter, encoding: str, *, size: int, what: str, 
     Large blobs decode into a few reused buffers (fresh multi-MB allocations for every chunk cost a
     page fault per 4 KiB in a new process: a third of a 150 MB restore), or frame-parallel when they
     were published as several small frames; small ones into one buffer, inline."""
-    src = decoding.Limited(resp, decoding.stored_limit(encoding, size), what, on_bytes, stored_sha)
+    src = decoding.Limited(resp, decoding.stored_limit(encoding, size), what, on_bytes=on_bytes, sha=stored_sha)
     try:
         if not sink.threaded:
-            decoding.decode_into(src, encoding, size, what, sink.write, decoding.single_buffer(size))
+            decoding.decode_into(src, encoding, size, what=what, emit=sink.write, buffers=decoding.single_buffer(size))
             return
         if encoding == "zstd":
             head = src.read(18)  # the longest zstd frame header: enough to read the first frame's size
@@ -207,7 +207,8 @@ def _decode(resp, sink: _HashingWriter, encoding: str, *, size: int, what: str, 
                 _decode_frames(src, head, sink, size=size, what=what, decoders=decoders)
                 return
             src = _Prefixed(head, src)
-        decoding.decode_into(src, encoding, size, what, sink.write, decoding.buffers(LARGE_BUFFERS, LARGE_BUFFER))
+        decoding.decode_into(src, encoding, size, what=what, emit=sink.write,
+                             buffers=decoding.buffers(LARGE_BUFFERS, LARGE_BUFFER))
     except frames.FrameError as exc:
         raise IntegrityError(f"{what}: bad zstd data: {exc}") from None
 
@@ -234,7 +235,7 @@ def write_member(data, *, encoding: str, digest: str, size: int, dest_dir: str,
     """Decode one pack member's stored bytes (bounded by ``size``), check its sha256, and write it to a new
     temp file in ``dest_dir``; return its path. Raises IntegrityError (nothing left behind), OSError."""
     what = f"blob {digest[:12]} (in its pack)"
-    raw = decoding.decode_bytes(data, encoding, size, what, decoders=decoders)
+    raw = decoding.decode_bytes(data, encoding, size, what=what, decoders=decoders)
     got = hashlib.sha256(raw).hexdigest()
     if got != digest:
         raise IntegrityError(f"{what}: decodes to {size} bytes hashing to {got[:12]}, expected {digest[:12]}")

@@ -104,8 +104,8 @@ class ServiceAPI:
                 connect_left = self.connect_timeout - (attempt - (connecting_since or attempt))
                 try:
                     with limit.guard():
-                        answer = self._send(method, url, headers, (max(0.05, min(connect_left, limit.left())),
-                                                                   max(0.05, limit.left())), kw)
+                        timeout = (max(0.05, min(connect_left, limit.left())), max(0.05, limit.left()))
+                        answer = self._send(method, url, headers, timeout=timeout, kw=kw)
                     limit.check(late)  # cut off: what arrived may look whole (headers ended by the cut)
                     if answer.status_code not in (502, 503, 504):
                         return self._parsed(answer, check)
@@ -127,7 +127,7 @@ class ServiceAPI:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    def _send(self, method: str, url: str, headers: dict, timeout: tuple, kw: dict) -> Answer:
+    def _send(self, method: str, url: str, headers: dict, *, timeout: tuple, kw: dict) -> Answer:
         """One request; its body read up to MAX_ANSWER bytes (MalformedAnswer beyond)."""
         resp = self.session.request(method, url, headers=headers, timeout=timeout, stream=True, **kw)
         try:

@@ -37,8 +37,9 @@ def get(transport: Transport, url: str, headers: dict, *, stall_timeout: float, 
     with deadline.guard() if deadline is not None else contextlib.nullcontext():
         try:
             wait = stall_timeout if deadline is None else max(0.05, min(stall_timeout, deadline.left()))
-            resp = transport.blob_pool(url).request("GET", url, headers=headers, preload_content=False, decode_content=False,
-                                      retries=False, timeout=urllib3.Timeout(connect=min(10.0, wait), read=wait))
+            resp = transport.blob_pool(url).request(
+                "GET", url, headers=headers, preload_content=False, decode_content=False, retries=False,
+                timeout=urllib3.Timeout(connect=min(10.0, wait), read=wait))
             if resp.status >= 400:
                 raise_for_response(Answer("GET", url, resp.status, resp.reason, resp.headers, resp.read(ERROR_BODY)))
             out = consume(resp)
@@ -85,7 +86,7 @@ def _read_run(resp, byte_range: Optional[Tuple[int, int]], pack_size: Optional[i
         raise IntegrityError(f"{what}: its size is unknown; fetch it by ranges")
     if base > start:
         raise IntegrityError(f"{what}: the answer starts at byte {base}, after the wanted {start}")
-    src = decoding.Limited(resp, end - base, what, on_bytes)
+    src = decoding.Limited(resp, end - base, what, on_bytes=on_bytes)
     _skip(src, start - base)  # a server that ignored Range: skip to the run
     data = _read_exactly(src, end - start)
     if len(data) < end - start:

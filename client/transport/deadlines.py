@@ -4,8 +4,8 @@ A read timeout bounds one silent wait, not a request: a server that sends a
 byte a second (headers or body) never trips it, and a restore waiting on it
 would hold a container start for ever. A ``Deadline`` bounds the whole
 request. Inside ``with deadline.guard():`` every socket the calling thread
-opens or reuses through a guarded pool (``guard_pools``; the blob pool and
-the API session use them) is registered; when the deadline passes, one
+opens or reuses through a guarded pool (``guard_pools``; every session and
+blob pool of ``session`` uses them) is registered; when the deadline passes, one
 watchdog thread for the whole process shuts those sockets down under the
 threads reading them, which then fail at once (the caller says why:
 ``Deadline.check``). Sockets leave the registry when the guard exits, so a
@@ -31,7 +31,6 @@ import threading
 import time
 from typing import Iterator, List, Optional
 
-import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -229,12 +228,3 @@ class GuardedAdapter(HTTPAdapter):
     def proxy_manager_for(self, proxy, **proxy_kwargs):
         return guard_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
 
-
-def guarded_session(pool: int, user_agent: str) -> requests.Session:
-    """A requests.Session of guarded connections (``pool`` per host), no retries of its own."""
-    session = requests.Session()
-    adapter = GuardedAdapter(pool_connections=pool, pool_maxsize=pool, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    session.headers["User-Agent"] = user_agent
-    return session

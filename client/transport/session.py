@@ -21,7 +21,7 @@ import requests
 import urllib3
 
 from .. import __version__
-from .deadlines import guard_pools, guarded_session
+from .deadlines import GuardedAdapter, guard_pools
 
 #: seconds all attempts to connect to the service may take before it counts as down
 CONNECT_TIMEOUT = 1.5
@@ -30,8 +30,13 @@ CHUNK = 1 << 20
 
 
 def new_session(pool: int, token: Optional[str] = None) -> requests.Session:
-    """A requests.Session of guarded connections (``pool`` per host), the bearer ``token`` on every request."""
-    session = guarded_session(pool, USER_AGENT)
+    """A requests.Session of guarded connections (``pool`` per host), no retries of its own (the callers
+    retry, each within its own budget), the bearer ``token`` on every request."""
+    session = requests.Session()
+    adapter = GuardedAdapter(pool_connections=pool, pool_maxsize=pool, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.headers["User-Agent"] = USER_AGENT
     if token:
         session.headers["Authorization"] = f"Bearer {token}"
     return session
@@ -45,7 +50,7 @@ class Transport:
     """
 
     def __init__(self, pool: int = 32):
-        self.session = guarded_session(pool, USER_AGENT)
+        self.session = new_session(pool)
         self._pools: Dict[Optional[str], urllib3.PoolManager] = {}
         self._lock = threading.Lock()
 

@@ -43,3 +43,26 @@ def test_an_unknown_name_is_an_attribute_error():
         assert "no_such_thing" in str(exc)
     else:
         raise AssertionError("cachesvc_client.no_such_thing did not raise AttributeError")
+
+
+def test_every_http_connection_is_made_in_the_transport_layer():
+    """The API calls, the blob transfers and the remote cache share one HTTP layer (``transport/``): no
+    other module imports requests or urllib3, and only ``transport/session.py`` makes a requests.Session."""
+    import ast
+    from pathlib import Path
+
+    client = Path(cachesvc_client.__file__).parent
+    outside, sessions = [], []
+    for path in sorted(client.rglob("*.py")):
+        rel = path.relative_to(client).as_posix()
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n.split(".")[0] in ("requests", "urllib3") for n in names) and not rel.startswith("transport/"):
+                outside.append(rel)
+            made = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Session"
+            if made and getattr(node.func.value, "id", "") == "requests":
+                sessions.append(rel)
+    assert outside == []
+    assert sessions == ["transport/session.py"]

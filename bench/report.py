@@ -224,6 +224,9 @@ def render(doc: dict, out_dir: Path) -> Path:
                                  f"{s['redis']['keys']} / {s['redis']['bytes'] / 1e6:.2f}" if s.get("redis") else "-"]
                                 for mdl, s in seeds.items()]),
                       ""]
+    one_call = Path(__file__).with_name("one_call.md")  # section 1b, measured by its own ttfi run (kept by hand)
+    if one_call.exists():
+        parts += [one_call.read_text().strip(), ""]
     if doc.get("transfer"):
         tr = doc["transfer"]
         chart_transfer(doc, out_dir / "benchmarks-transfer.png")

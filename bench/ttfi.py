@@ -21,6 +21,10 @@ Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
   cachesvc-aot    precompiled through cachesvc: an aot_compile'd function (kind aot-function), loaded
                   with load_precompiled in place of torch.compile (where the torch supports it)
   cachesvc-pt2    precompiled through cachesvc: an AOTInductor .pt2 package (kind pt2-package)
+  eager           no compile at all: the baseline the one call is measured against
+  cachesvc-compile  cachesvc_client.compile(model, inputs, name=...), the one call: a weightless
+                  AOTInductor package run by torch's C++ loader (no Dynamo, no Inductor); seeded by
+                  a cold container of its own that publishes through the one call
   cachesvc-remote the live remote cache through cachesvc (enable_remote_cache: FX graph + AOTAutograd
                   + autotune), local service; filled by its own cold run per model (seed_remote)
 
@@ -29,7 +33,11 @@ on both backends, Mega-Cache blob, tarball; Redis and the live remote cache
 from cold containers of their own, with their settings on: torch keys
 AOTAutograd entries by the remote-cache setting); then every round runs all
 contenders in a shuffled order. Reported: the restore step, the first
-compiled call and their sum, medians over the rounds.
+compiled call and their sum; ready (the worker's first line to the first
+output: the process start less the interpreter's ~0.03 s) with its ratio to
+eager's and the floor's; steady state (median ms per call over --steps calls
+after the first) with its ratio to torch.compile's (the floor's); medians over
+the rounds.
 """
 from __future__ import annotations
 
@@ -45,17 +53,17 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import workdir, log, make_tarball, median, service, service_source, table, write_json
+from bench.common import workdir, log, make_tarball, service, service_source, write_json
+from bench.ttfi_rows import chart_ready, print_summary, sample_row, summarize
 from demo.containers import Container
 from demo.s3server import S3Server
 from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
 
-CONTENDERS = ["cold", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis",
+CONTENDERS = ["cold", "eager", "cachesvc-compile", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis",
               "cachesvc-mega", "cachesvc-aot", "cachesvc-pt2", "cachesvc-remote"]
 #: contenders that restore a version of another kind from cachesvc (local backend) -> that kind
 KIND_CONTENDERS = {"cachesvc-mega": "mega-cache", "cachesvc-aot": "aot-function", "cachesvc-pt2": "pt2-package"}
 OPTIONAL = ["cachesvc-local-serial"]  # run only when --contenders names them
-ORDER = CONTENDERS + OPTIONAL + ["floor"]  # floor runs right after cold, in the same container
 
 
 class RedisDB:
@@ -97,17 +105,18 @@ def container_roots(ctr: Container) -> Dict[str, str]:
     return {role: str(p) for role, p in roots.items() if p.is_dir()}
 
 
-def worker_args(model: str, device: str) -> List[str]:
-    """demo/worker.py's flags for ``model`` (``name`` or ``name@mode``) on ``device``."""
+def worker_args(model: str, device: str, steps: int = 0) -> List[str]:
+    """demo/worker.py's flags for ``model`` (``name`` or ``name@mode``) on ``device``, timing ``steps`` calls."""
     name, _, mode = model.partition("@")
-    return ["--model", name, "--mode", mode or "default", "--device", device]
+    return ["--model", name, "--mode", mode or "default", "--device", device, "--steps", str(steps)]
 
 
 class Bench:
     def __init__(self, work: Path, s3: S3Server, local: ServiceProcess, s3svc: ServiceProcess, bucket: str,
-                 redis_db: Optional[RedisDB], device: str = "cpu", kinds: Optional[List[str]] = None):
+                 redis_db: Optional[RedisDB], device: str = "cpu", kinds: Optional[List[str]] = None,
+                 steps: int = 0):
         self.work, self.s3, self.local, self.s3svc, self.bucket, self.redis = work, s3, local, s3svc, bucket, redis_db
-        self.device = device
+        self.device, self.steps = device, steps
         #: the other kinds to publish at seed time (those whose contenders run): each costs a compile
         self.kinds = list(KIND_CONTENDERS.values()) if kinds is None else kinds
         self.seeds: Dict[str, dict] = {}
@@ -142,6 +151,7 @@ class Bench:
                 "publish_s3": again["publish"], "megacache": cold.get("after", {}), "tarball": tar_info,
                 "copy_src": str(copy_src)}
         seed["kinds"] = self.seed_kinds(ctr, model)
+        seed["compile"] = self.seed_compile(model)
         shutil.rmtree(ctr.root)
         self.seeds[model] = seed
         return seed
@@ -164,6 +174,11 @@ class Bench:
             log(f"seed {model}: no {kind} version ({why}); its contender is skipped")
             out[kind] = {"skipped": why}
         return out
+
+    def seed_compile(self, model: str) -> dict:
+        """A cold container through the one call, publishing (it waits for the background publish)."""
+        r = self.cold_once(model, "seed-compile", "--one-call", "--publish", **self.local.client_env())
+        return {"first_call_s": r["first_call_s"], "compile": r["compile"], "publish": r["publish"]}
 
     def cold_once(self, model: str, stem: str, *flags: str, **env: str) -> dict:
         """One cold run of ``model`` in a fresh container that is removed afterwards (seeding a remote cache)."""
@@ -192,7 +207,7 @@ class Bench:
         # later, in the middle of whichever contender runs then.
         os.sync()
         ctr = self.fresh(f"{contender}-{model}")
-        m = worker_args(model, self.device)
+        m = worker_args(model, self.device, self.steps)
         s3env = {**self.s3.env(), "BENCH_BUCKET": self.bucket}
         try:
             if contender == "cold":
@@ -200,7 +215,11 @@ class Bench:
                 os.sync()
                 floor = ctr.run_worker(*m)
                 return [dict(cold, contender="cold"), dict(floor, contender="floor")]
-            if contender == "copy-cache-dir":
+            if contender == "eager":
+                r = ctr.run_worker(*m, "--eager")
+            elif contender == "cachesvc-compile":
+                r = ctr.run_worker(*m, "--one-call", **self.local.client_env())
+            elif contender == "copy-cache-dir":
                 r = ctr.run_worker(*m, "--restore-hook", "bench.contenders:copy_cache_dir",
                                    BENCH_COPY_FROM=self.seeds[model]["copy_src"])
             elif contender == "cachesvc-local":
@@ -245,44 +264,6 @@ def failure_line(text: str) -> str:
     return (errors or lines or ["?"])[-1][:300]
 
 
-def sample_row(r: dict, model: str, round_no: int) -> dict:
-    restore = r.get("restore_s", 0.0)
-    c = r.get("counters", {})
-    return {"model": model, "contender": r["contender"], "round": round_no, "restore_s": restore,
-            "first_call_s": r["first_call_s"], "total_s": restore + r["first_call_s"], "ready_s": r.get("ready_s"),
-            "fxgraph_hit": c.get("fxgraph_cache_hit", 0), "fxgraph_miss": c.get("fxgraph_cache_miss", 0),
-            "restore_report": {k: v for k, v in (r.get("restore") or {}).items()
-                               if k in ("hit", "files", "files_present", "bytes", "bytes_written", "seconds",
-                                        "failed", "warnings", "reason")}}
-
-
-def summarize(samples: List[dict], models: List[str]) -> List[dict]:
-    rows = []
-    for model in models:
-        by = {c: [s for s in samples if s["model"] == model and s["contender"] == c] for c in ORDER}
-        floor = median(s["total_s"] for s in by["floor"])
-        cold = median(s["total_s"] for s in by["cold"])
-        for c in ["cold", "floor"] + CONTENDERS[1:] + OPTIONAL:
-            ss = by[c]
-            if not ss:
-                continue
-            total = median(s["total_s"] for s in ss)
-            rows.append({"model": model, "contender": c, "n": len(ss),
-                         "restore_s": median(s["restore_s"] for s in ss),
-                         "first_call_s": median(s["first_call_s"] for s in ss), "total_s": total,
-                         "ready_s": median(s["ready_s"] for s in ss),
-                         "x_floor": total / floor if floor else None,
-                         "speedup_vs_cold": cold / total if total and cold else None,
-                         "fxgraph_hits": sum(s["fxgraph_hit"] for s in ss)})
-    return rows
-
-
-def print_summary(rows: List[dict]) -> None:
-    print(table(["model / contender", "n", "restore s", "first call s", "sum s", "x floor", "vs cold"],
-                [[f"{r['model']} {r['contender']}", r["n"], r["restore_s"], r["first_call_s"], r["total_s"],
-                  r["x_floor"], r["speedup_vs_cold"]] for r in rows]), flush=True)
-
-
 def device_info(device: str) -> dict:
     """What the rows ran on: the device, and torch's and Triton's versions (in a child: torch stays out of here)."""
     import json
@@ -304,7 +285,9 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--contenders", default=",".join(CONTENDERS))
     p.add_argument("--out", default=None, help="write the JSON here")
+    p.add_argument("--chart", default=None, help="write a PNG of the time to first output here")
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed)")
+    p.add_argument("--steps", type=int, default=50, help="calls timed after the first (steady state)")
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
     args = p.parse_args(argv)
     models = args.models.split(",")
@@ -322,12 +305,12 @@ def main(argv=None) -> dict:
             with service(work / "svc-local", svc_env) as local, \
                     service(work / "svc-s3", svc_env, s3.service_env(bucket, "cachesvc")) as s3svc:
                 bench = Bench(work, s3, local, s3svc, bucket, redis_db, args.device,
-                              [k for c, k in KIND_CONTENDERS.items() if c in contenders])
+                              [k for c, k in KIND_CONTENDERS.items() if c in contenders], args.steps)
                 samples: List[dict] = []
 
                 def document() -> dict:
                     return {"section": "ttfi", "models": models, "repeats": args.repeats, "order": "shuffled", **info,
-                            "rows": summarize(samples, models), "samples": samples, "seeds": bench.seeds,
+                            "rows": summarize(samples, models, CONTENDERS + OPTIONAL), "samples": samples, "seeds": bench.seeds,
                             "seconds": time.monotonic() - t0}
                 for model in models:
                     log(f"seed {model}: compile once, fill cachesvc (local, S3), Mega-Cache, tarball")
@@ -347,11 +330,13 @@ def main(argv=None) -> dict:
                                     write_json(Path(args.out), document())
                                 log(f"round {rnd + 1}/{args.repeats} {model:8} {s['contender']:15} "
                                     f"restore {s['restore_s']:6.2f}  first call {s['first_call_s']:6.2f}  "
-                                    f"sum {s['total_s']:6.2f}  fx hit/miss {s['fxgraph_hit']}/{s['fxgraph_miss']}")
+                                    f"sum {s['total_s']:6.2f}  ready {s['ready_s']:6.2f}  fx hit/miss {s['fxgraph_hit']}/{s['fxgraph_miss']}")
         doc = document()
         print_summary(doc["rows"])
         if args.out:
             write_json(Path(args.out), doc)
+        if args.chart:
+            chart_ready(doc["rows"], args.chart)
         return doc
     finally:
         if redis_db:

@@ -26,14 +26,15 @@ def link(session: Session, entry: Entry, body: dict, files: List[dict], digest: 
     same = session.scalars(select(Version).where(Version.manifest_digest == digest, Version.state == "committed",
                                                  Version.entry_id != entry.id)
                            .order_by(Version.id.desc()).limit(1)).first()
-    if same is None or len(index.present_blobs(session, sizes)) < len(sizes):
+    if same is None or len(index.present_sizes(session, sizes)) < len(sizes):
         return None
+    index.lock_entry(session, entry.id)  # a commit of the key, numbered as one (see commit_version)
     now = utcnow()
     version = Version(
         entry_id=entry.id, kind=body["kind"], state="committed", manifest_digest=digest, file_count=len(files),
         total_bytes=sum(f["size"] for f in files), roots=body["roots"],
         meta={**body["meta"], "linked_from": str(same.id)}, compile_seconds=body["compile_seconds"],
-        created_at=now, committed_at=now, restore_count=0,
+        created_at=now, committed_at=now, commit_seq=index.next_commit_seq(session), restore_count=0,
     )
     session.add(version)
     session.flush()

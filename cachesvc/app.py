@@ -86,7 +86,11 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     api = _Api(app)
     for module in (versions, blobs, packs_api, resolve, verdicts, entries, stats, admin, health, metrics_api, remote_cache_api):
         api.register_blueprint(module.blp)
-    app.register_blueprint(web.bp)
+    from . import signin, web_admin
+
+    signin.install(app, settings)
+    for page_bp in (web.bp, signin.bp, web_admin.bp):  # auth.PAGE_BLUEPRINTS
+        app.register_blueprint(page_bp)
     from .scheduler import Scheduler
 
     sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])

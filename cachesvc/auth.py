@@ -11,6 +11,13 @@ arguments or body are parsed: a request without the right token gets 401 or
 403 whatever its body. A view that declares nothing needs ``admin`` (fail
 closed). Anonymous requests get ``read`` when ``CACHESVC_ANONYMOUS_READ`` is
 on, nothing otherwise; writing always needs a token.
+
+People sign in on the pages (``cachesvc.signin``): the signed session cookie
+holds a token's id and the first 16 hex digits of its hash, never the token.
+Requests to the page blueprints (``PAGE_BLUEPRINTS``) without an Authorization
+header are authenticated by it, checked against the tokens table on every
+request (no cache), so a revoked token signs its sessions out at once. The
+cookie authenticates nothing under /api: the API needs no CSRF defence.
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from flask import current_app, g, request
+from flask import current_app, g, request, session as cookie_session
 from sqlalchemy import false, select
 from sqlalchemy.orm import Session
 
@@ -32,6 +39,9 @@ _RANK = {s: i for i, s in enumerate(SCOPES)}
 _OPEN = "open"  # marker: no token needed
 #: endpoints of other packages (flask-smorest's own doc routes) and what they need
 _FOREIGN = {"api-docs.openapi_json": _OPEN, "static": _OPEN}
+#: the blueprints whose requests a session cookie may authenticate (the HTML pages)
+PAGE_BLUEPRINTS = frozenset({"web", "account", "web_admin"})
+_SESSION_KEY = "signed_in"  # {"id": token id, "check": first 16 hex digits of its sha256}
 
 
 @dataclass(frozen=True)
@@ -125,15 +135,60 @@ def cached_principal(svc, header: Optional[str]) -> Principal:
     return principal
 
 
+def sign_in(session: Session, token: str) -> Principal:
+    """Check ``token`` (Unauthorized when unknown or revoked) and start a fresh signed session for it."""
+    principal = authenticate(session, f"Bearer {token.strip()}")
+    row = session.get(Token, principal.token_id)
+    cookie_session.clear()  # a new session on every sign-in: nothing from before it carries over
+    cookie_session[_SESSION_KEY] = {"id": row.id, "check": row.token_hash[:16]}
+    cookie_session.permanent = True  # expires after SESSION_HOURS (PERMANENT_SESSION_LIFETIME)
+    return principal
+
+
+def sign_out() -> None:
+    cookie_session.clear()
+
+
+def session_principal(svc) -> Principal:
+    """The principal of the signed session cookie, looked up now; ANONYMOUS when there is none.
+
+    A session whose token is revoked (or gone) is cleared, and ``g.signed_out`` says why the
+    person is anonymous again.
+    """
+    data = cookie_session.get(_SESSION_KEY)
+    if not isinstance(data, dict) or not isinstance(data.get("id"), int):
+        return ANONYMOUS
+    with svc.db.session() as s:
+        row = s.get(Token, data["id"]) if 0 < data["id"] <= MAX_ID else None
+        live = (row is not None and row.revoked_at is None
+                and hmac.compare_digest(row.token_hash[:16], str(data.get("check", ""))))
+        principal = Principal(f"token:{row.name}", row.scope, row.id) if live else None
+    if principal is None:
+        cookie_session.clear()
+        g.signed_out = True
+        return ANONYMOUS
+    g.signed_in = True  # by the cookie (the pages offer to sign out), not by a bearer token
+    return principal
+
+
+def _request_principal(svc) -> Principal:
+    """The Authorization header's principal; for a page without one, the session cookie's."""
+    header = request.headers.get("Authorization")
+    if not header and request.blueprint in PAGE_BLUEPRINTS:
+        return session_principal(svc)
+    return cached_principal(svc, header)
+
+
 def check_request() -> None:
     """``before_request`` hook: authenticate, then authorize against the view's declared scope."""
     svc = current_app.extensions["cachesvc"]
     need = required_scope(request.endpoint)
     open_if = getattr(current_app.view_functions.get(request.endpoint), "_cachesvc_open_if", None)
     if need == _OPEN or (open_if and svc.settings[open_if]):
-        g.principal = ANONYMOUS
+        # the sign-in page still knows who is signed in; open API endpoints read no token at all
+        g.principal = session_principal(svc) if request.blueprint in PAGE_BLUEPRINTS else ANONYMOUS
         return
-    principal = cached_principal(svc, request.headers.get("Authorization"))
+    principal = _request_principal(svc)
     if principal is ANONYMOUS:
         if need == "read" and svc.settings["ANONYMOUS_READ"] and not open_if:
             principal = Principal("anonymous", "read")

@@ -31,12 +31,11 @@ from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from . import index
-from .decoding import BadBlob, BoundedDecoder  # BadBlob is raised through this module's API too
+from .decoding import BadBlob, Decode  # BadBlob is raised through this module's API too
 from .errors import Conflict, InvalidRequest
 from .models import Blob, Version, VersionFile, utcnow
 from .storage import BlobNotFound, Storage, blob_key
 
-CHUNK = 1 << 20
 #: objects uploaded straight to storage at least this large (decoded) are read back and checked at
 #: commit, so their stored_sha256 can be recorded; smaller ones are hashed by the restoring client
 VERIFY_AT_COMMIT_MIN = 8 << 20
@@ -50,28 +49,29 @@ _DIGEST_LOCK_SPACE = 0x626C6F62  # "blob"
 
 
 class _Check:
-    """sha256 of the stored bytes and of the decoded bytes, fed in order; decoding stops one byte past
-    ``size``, the blob's declared decoded size (``cachesvc.decoding``)."""
+    """Decode a stored stream (``cachesvc.decoding``: it stops one byte past ``size``, the blob's declared
+    decoded size), hashing the stored bytes and the decoded ones, and passing each stored chunk on to
+    ``sink`` (a temp file's write, or nothing)."""
 
-    def __init__(self, encoding: str, size: int):
-        self.dec = BoundedDecoder(encoding, size)
-        self.declared = size
-        self.sha, self.stored_sha = hashlib.sha256(), hashlib.sha256()
+    def __init__(self, body: BinaryIO, encoding: str, size: int, sink=lambda chunk: None):
+        self.stored_sha, self.sha, self.sink = hashlib.sha256(), hashlib.sha256(), sink
+        self.decode, self.declared = Decode(body, encoding, size, self._stored), size
 
-    def update(self, chunk: bytes) -> None:
+    def _stored(self, chunk: bytes) -> None:
         self.stored_sha.update(chunk)
-        for piece in self.dec.feed(chunk):
-            self.sha.update(piece)
+        self.sink(chunk)
 
-    def result(self, digest: str, encoding: str) -> dict:
-        size = self.dec.finish()
+    def run(self, digest: str, encoding: str) -> dict:
+        for piece in self.decode:
+            self.sha.update(piece)
+        size = self.decode.size
         if size != self.declared:
             raise BadBlob(f"body decodes to {size} bytes, the manifest says {self.declared}; nothing was stored",
                           {"declared_size": self.declared, "size": size})
         if self.sha.hexdigest() != digest:
             raise BadBlob(f"body hashes to sha256 {self.sha.hexdigest()}, not {digest}; nothing was stored",
                           {"expected": digest, "actual": self.sha.hexdigest()})
-        return {"digest": digest, "size": size, "stored_size": self.dec.stored, "encoding": encoding,
+        return {"digest": digest, "size": size, "stored_size": self.decode.stored, "encoding": encoding,
                 "stored_sha256": self.stored_sha.hexdigest()}
 
 
@@ -79,15 +79,11 @@ def receive(storage: Storage, digest: str, encoding: str, body: BinaryIO, size: 
     """Stream ``body`` into a temp file beside storage and check that it is ``encoding`` of blob ``digest``
     (``size`` decoded bytes; decoding stops one byte past it). Returns (the temp file, the blob's row
     values): the caller stores it (``store``) or deletes it. Raises InvalidRequest, leaving no file."""
-    tmp_dir = getattr(storage, "temp_dir", tempfile.gettempdir)()
+    tmp_dir = storage.temp_dir()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-")
-    check = _Check(encoding, size)
     try:
         with os.fdopen(fd, "wb") as out:
-            for chunk in iter(lambda: body.read(CHUNK), b""):
-                out.write(chunk)
-                check.update(chunk)
-        return tmp, check.result(digest, encoding)
+            return tmp, _Check(body, encoding, size, out.write).run(digest, encoding)
     except BadBlob as exc:
         discard(tmp)
         raise InvalidRequest(str(exc), exc.details) from None
@@ -179,11 +175,8 @@ def check_stored(storage: Storage, digest: str, encoding: str, size: int) -> Opt
     Raises BadBlob when it does not decode to the blob, StorageError when
     storage fails.
     """
-    check = _Check(encoding, size)
     try:
         with storage.open(blob_key(digest, encoding)) as body:
-            for chunk in iter(lambda: body.read(CHUNK), b""):
-                check.update(chunk)
+            return _Check(body, encoding, size).run(digest, encoding)["stored_sha256"]
     except BlobNotFound:
         return None
-    return check.result(digest, encoding)["stored_sha256"]

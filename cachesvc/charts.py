@@ -61,3 +61,40 @@ def stored_and_restores(rows: List[dict], width: int = 760, height: int = 260) -
     parts.append(f'<text x="{left + 200}" y="{height - 6}" font-size="12" fill="#b35900">■ restores per day (right)</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def hit_rate(rows: List[dict], width: int = 760, height: int = 200) -> Markup:
+    """The daily hit rate of the verdicts (a point per day that had verdicts, joined), 0-100 %."""
+    left, right, top, bottom = 70, 50, 20, 40
+    w, h = width - left - right, height - top - bottom
+    step = w / max(len(rows), 1)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" class="chart hit-rate">',
+             '<title>Hit rate of the verdicts per day</title>',
+             f'<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>']
+    for pct in (0, 25, 50, 75, 100):
+        y = top + h - h * pct / 100
+        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{pct} %</text>')
+    points = []
+    for i, r in enumerate(rows):
+        if r.get("hit_rate") is None:
+            continue
+        x, y = left + (i + 0.5) * step, top + h - h * r["hit_rate"]
+        points.append(f"{x:.1f},{y:.1f}")
+        parts.append(f'<circle class="day-rate" cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#208040"><title>'
+                     f'{escape(r["date"])}: {r["hit_rate"] * 100:.0f} % of {r["verdicts"]} verdicts saw hits'
+                     f'</title></circle>')
+    if len(points) > 1:
+        parts.append(f'<polyline class="rate" points="{" ".join(points)}" fill="none" stroke="#208040" '
+                     f'stroke-width="2"/>')
+    label_every = max(1, len(rows) // 8)
+    for i, r in enumerate(rows):
+        if i % label_every == 0:
+            parts.append(f'<text x="{left + (i + 0.5) * step:.1f}" y="{top + h + 16}" font-size="11" '
+                         f'text-anchor="middle">{escape(r["date"][5:])}</text>')
+    if not points:
+        parts.append(f'<text x="{left + w / 2:.1f}" y="{top + h / 2:.1f}" font-size="13" text-anchor="middle" '
+                     f'fill="#777">no verdicts in these days</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -81,6 +81,8 @@ _KEY_RE = re.compile(r"^v1/blobs/[0-9a-f]{2}/([0-9a-f]{64})(\.zst)?$")
 _PACK_KEY_RE = re.compile(r"^v1/packs/[0-9a-f]{2}/([0-9a-f]{64})$")
 
 CRITERIA = ("not_restored_for", "older_than", "keep_latest", "torch_version", "name", "device", "max_total_bytes")
+#: criteria that name one version or one entry by id (the pages' purge buttons); not flags of the CLI
+TARGETS = ("version_id", "entry_id")
 
 
 # -- the store lock --------------------------------------------------------------------
@@ -120,7 +122,7 @@ def _gc_lock(db: Database) -> Iterator[None]:
 
 def check_criteria(criteria: dict) -> dict:
     """The criteria that were given (None values dropped); InvalidRequest when there are none."""
-    given = {k: v for k, v in criteria.items() if k in CRITERIA and v is not None}
+    given = {k: v for k, v in criteria.items() if k in CRITERIA + TARGETS and v is not None}
     if not given:
         raise InvalidRequest(f"a purge needs at least one criterion: {', '.join(CRITERIA)}",
                              {"one_of": list(CRITERIA)})  # the CLI names its flags from this
@@ -131,6 +133,10 @@ def _candidates(session: Session, c: dict, now: dt.datetime) -> List[Version]:
     """Committed versions matching every given criterion except max_total_bytes, least recently used first."""
     q = (select(Version).join(Entry, Entry.id == Version.entry_id).where(Version.state == "committed")
          .options(selectinload(Version.entry)))
+    if "version_id" in c:
+        q = q.where(Version.id == c["version_id"])
+    if "entry_id" in c:
+        q = q.where(Version.entry_id == c["entry_id"])
     if "name" in c:
         q = q.where(Entry.name == c["name"])
     if "torch_version" in c:
@@ -146,9 +152,10 @@ def _candidates(session: Session, c: dict, now: dt.datetime) -> List[Version]:
     if "keep_latest" in c:
         newest = defaultdict(list)  # per key and kind: a new Mega-Cache blob must not push out the snapshot
         for entry_id, kind, vid in session.execute(select(Version.entry_id, Version.kind, Version.id)
-                                                   .where(Version.state == "committed")):
-            newest[(entry_id, kind)].append(vid)
-        keep = {vid for ids in newest.values() for vid in sorted(ids, reverse=True)[:c["keep_latest"]]}
+                                                   .where(Version.state == "committed")
+                                                   .order_by(*index.NEWEST_FIRST)):
+            newest[(entry_id, kind)].append(vid)  # newest (last committed) first
+        keep = {vid for ids in newest.values() for vid in ids[:c["keep_latest"]]}
         versions = [v for v in versions if v.id not in keep]
     versions.sort(key=lambda v: (v.last_restored_at or v.created_at, v.id))
     return versions
@@ -387,7 +394,6 @@ def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime
     result["delete_failures"] += packs.pop("pack_delete_failures")
     result.update(packs)
     result.update(_sweep_orphans(db, storage))
-    sweep_incoming = getattr(storage, "sweep_incoming", None)  # local backend: uploads cut off mid-body
     lease = settings["UPLOAD_LEASE_SECONDS"] + LEASE_MARGIN.total_seconds()
-    result["incoming_deleted"] = sweep_incoming(lease - (now - utcnow()).total_seconds()) if sweep_incoming else 0
+    result["incoming_deleted"] = storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
     return result

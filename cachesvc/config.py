@@ -29,6 +29,9 @@ SETTINGS: Dict[str, tuple] = {
     "MAX_BLOB_BYTES": (16 * 1024**3, "size", "Largest blob upload through the service (local backend)."),
     "AUTO_MIGRATE": (None, "bool", "Run migrations at `cachesvc serve` and before the admin commands that use the database directly (`token`, `purge`, `gc` without `--url`)."),
     "ANONYMOUS_READ": (None, "bool", "Let requests without a token read (browse, resolve, download, stats). Writing always needs a token."),
+    "SECRET_KEY": (None, str, "Key that signs the pages' session cookies and their forms' CSRF tokens. Every replica must have the same one (put it in a Secret), and it must stay secret (with it, and the tokens table, one can forge a sign-in). Unset: a random key per `cachesvc serve` (its workers share it), so sign-ins end when the service restarts and hold on one replica only."),
+    "SESSION_HOURS": (12.0, float, "Hours a sign-in on the pages lasts. A revoked token signs its sessions out at their next request whatever this says."),
+    "COOKIE_SECURE": (False, "bool", "Send the session cookie over https only, always. Off: the cookie is Secure when the request came over https; behind a proxy that ends TLS (an ingress), turn this on."),
     "METRICS_PUBLIC": (True, "bool", "Serve /metrics without a token; off: /metrics needs a token with read scope."),
     "HIT_FLUSH_SECONDS": (2.0, float, "Seconds between writes of the restore counters (restore_count, last_restored_at, hit events) that resolves tally in memory; 0 writes each hit in its request."),
     "TOKEN_CACHE_SECONDS": (5.0, float, "Seconds a serving process reuses a token lookup; a revoked token stops working within this; 0 looks it up on every request."),
@@ -47,6 +50,7 @@ SHOWN_DEFAULTS: Dict[str, str] = {
     "AUTO_MIGRATE": "on for SQLite, off otherwise",
     "ANONYMOUS_READ": "on for SQLite, off otherwise",
     "GC_GRACE_SECONDS": "`PRESIGN_EXPIRES` + 3600",
+    "SECRET_KEY": "random, per process",
 }
 
 

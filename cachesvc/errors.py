@@ -84,22 +84,30 @@ def _flatten(messages: Any, where: str = ""):
         yield where, str(messages)
 
 
-def register(app: Flask) -> None:
-    @app.errorhandler(CacheError)
-    def _cache_error(exc: CacheError):
-        return jsonify(_body(exc.code, exc.message, exc.details)), exc.status
+def describe(exc: Exception) -> tuple:
+    """(code, message, HTTP status, details) of a CacheError or an HTTPException: what the JSON
+    body says, and what the HTML pages (``cachesvc.signin``) show."""
+    if isinstance(exc, CacheError):
+        return exc.code, exc.message, exc.status, exc.details
+    # flask-smorest / webargs put field errors in exc.data["messages"].
+    data = getattr(exc, "data", None) or {}
+    messages = data.get("messages")
+    if messages is not None:
+        problems = [f"{where}: {msg}" for where, msg in _flatten(messages)]
+        msg = "invalid request: " + "; ".join(problems[:20]) if problems else "invalid request"
+        return "invalid_request", msg, exc.code, messages
+    return (exc.name or "error").lower().replace(" ", "_"), exc.description or exc.name, exc.code, None
 
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException):
-        # flask-smorest / webargs put field errors in exc.data["messages"].
-        data = getattr(exc, "data", None) or {}
-        messages = data.get("messages")
-        if messages is not None:
-            problems = [f"{where}: {msg}" for where, msg in _flatten(messages)]
-            msg = "invalid request: " + "; ".join(problems[:20]) if problems else "invalid request"
-            return jsonify(_body("invalid_request", msg, messages)), exc.code
-        code = (exc.name or "error").lower().replace(" ", "_")
-        return jsonify(_body(code, exc.description or exc.name)), exc.code
+
+def json_error(exc: Exception):
+    """The JSON error response for a CacheError or an HTTPException."""
+    code, message, status, details = describe(exc)
+    return jsonify(_body(code, message, details)), status
+
+
+def register(app: Flask) -> None:
+    app.register_error_handler(CacheError, json_error)
+    app.register_error_handler(HTTPException, json_error)
 
     @app.errorhandler(OperationalError)
     @app.errorhandler(InterfaceError)

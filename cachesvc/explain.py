@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, case, or_, select
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
 from . import index
-from .models import Entry, Version
+from .models import Entry
 
 FIELDS = ("name", "shape", "tags") + keys.ENV_FIELDS
 
@@ -54,8 +54,7 @@ def nearest(session: Session, key: dict, limit: int = NEAREST) -> List[dict]:
     ndiff = sum(case((getattr(Entry, f) != wanted[f], 1), else_=0) for f in FIELDS)
     short = (select(Entry.id, ndiff.label("ndiff")).where(or_(Entry.name == key["name"], same_env))
              .order_by(ndiff, Entry.id.desc()).limit(SHORTLIST).subquery())
-    newest = (select(func.max(Version.id)).where(Version.entry_id == short.c.id, Version.state == "committed")
-              .correlate(short).scalar_subquery().label("version_id"))
+    newest = index.newest_version_id(short.c.id).label("version_id")
     ranked = select(short.c.id, short.c.ndiff, newest).subquery()
     rows = session.execute(select(Entry, ranked.c.version_id).join(ranked, ranked.c.id == Entry.id)
                            .where(ranked.c.version_id.is_not(None))

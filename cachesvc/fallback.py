@@ -27,12 +27,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import List, Optional, Sequence
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, select
 from sqlalchemy.orm import Session, contains_eager
 
 from cachesvc_client import keys
 
 from . import explain, hits, index
+from .answer import blob_entries
 from .models import Entry, Pack, Version, VersionFile
 from .storage import Storage
 
@@ -54,15 +55,14 @@ def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[V
         # the exact key has no committed version (or this is not a miss), so it is never among these;
         # the same tags first, as two walks down the version ids (an ORDER BY on the tag match would sort all)
         for q in (committed.where(Entry.tags == tags), committed):
-            found = list(session.scalars(q.order_by(Version.id.desc()).limit(1)))
+            found = list(session.scalars(q.order_by(*index.NEWEST_FIRST).limit(1)))
             if found:
                 return found
         return []
     same_name = (Entry.name == key["name"], Entry.tags == tags, Entry.shape != key["shape"])
     if step == "shape":
-        return list(session.scalars(committed.where(*same_name).order_by(Version.id.desc()).limit(1)))
-    newest = (select(func.max(Version.id)).where(Version.entry_id == Entry.id, Version.state == "committed")
-              .correlate(Entry).scalar_subquery())
+        return list(session.scalars(committed.where(*same_name).order_by(*index.NEWEST_FIRST).limit(1)))
+    newest = index.newest_version_id(Entry.id)
     q = (select(Version).join(Entry, Entry.id == Version.entry_id).options(contains_eager(Version.entry))
          .where(same_env, *same_name, Version.id == newest)
          .order_by(Entry.restore_count.desc(), Version.id.desc()).limit(100))
@@ -78,8 +78,6 @@ def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[V
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps: Sequence[str],
             max_bytes: Optional[int] = None) -> Optional[dict]:
     """The first step of ``steps`` that finds versions, as a resolve answer; None when none does."""
-    from .resolving import blob_entries  # resolving imports this module
-
     max_bytes = settings["FALLBACK_MAX_BYTES"] if max_bytes is None else max_bytes
     for step in steps:
         versions = candidates(session, key, step, max_bytes)
@@ -100,8 +98,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
         "hit": True,
         "entry": index.entry_summary(versions[0].entry),
         "version": index.version_summary(versions[0]),
-        "files": [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
-                  for f in files],
+        "files": [index.file_row(f) for f in files],
         "blobs": blob_entries(storage, [SimpleNamespace(digest=d, encoding=b.encoding, blob_size=b.size,
                                                         stored_size=b.stored_size, stored_sha256=b.stored_sha256,
                                                          pack_digest=b.pack_digest,

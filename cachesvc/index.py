@@ -5,9 +5,9 @@ import datetime as dt
 import json
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from sqlalchemy import and_, insert, select
+from sqlalchemy import and_, any_, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from cachesvc_client import keys
 
@@ -36,14 +36,42 @@ def insert_ignore(session: Session, model, rows: List[dict]) -> None:
     session.execute(mod.insert(model).on_conflict_do_nothing(), rows)
 
 
+#: rows per statement of a bulk insert (PostgreSQL sends each column as one array)
+BULK_ROWS = 10_000
+
+
+def _pg_bulk_insert(session: Session, model, rows: List[dict], *, ignore_conflicts: bool = False,
+                    returning: Optional[str] = None) -> list:
+    """INSERT ... SELECT FROM unnest(one array per column) on PostgreSQL: a statement per BULK_ROWS rows
+    with one parameter per column, where an executemany or a multi-row VALUES sends (and psycopg parses)
+    one parameter per cell. Returns the ``returning`` column of the inserted rows."""
+    table = model.__table__
+    names = list(rows[0])
+    dialect = session.get_bind().dialect
+    arrays = ", ".join(f"CAST(:{n} AS {table.c[n].type.compile(dialect)}[])" for n in names)
+    sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT * FROM unnest({arrays})"
+           + (" ON CONFLICT DO NOTHING" if ignore_conflicts else "")
+           + (f" RETURNING {returning}" if returning else ""))
+    out = []
+    for i in range(0, len(rows), BULK_ROWS):
+        chunk = rows[i:i + BULK_ROWS]
+        result = session.execute(text(sql), {n: [r[n] for r in chunk] for n in names})
+        if returning:
+            out += result.scalars().all()
+    return out
+
+
 def insert_blobs(session: Session, rows: List[dict]) -> int:
     """Record stored blobs (ignoring ones already known) and a ``stored`` event with the new bytes.
     All ``rows`` carry the same keys (loose rows and packed rows go in separate calls)."""
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
-    mod = postgresql if dialect == "postgresql" else sqlite
-    added = session.execute(mod.insert(Blob).on_conflict_do_nothing().returning(Blob.stored_size), rows).scalars().all()
+    if dialect == "postgresql":
+        added = _pg_bulk_insert(session, Blob, rows, ignore_conflicts=True, returning="stored_size")
+    else:
+        added = session.execute(sqlite.insert(Blob).on_conflict_do_nothing().returning(Blob.stored_size),
+                                rows).scalars().all()
     if added:
         session.add(Event(kind="stored", bytes=sum(added)))
     return sum(added)
@@ -51,10 +79,14 @@ def insert_blobs(session: Session, rows: List[dict]) -> int:
 
 def insert_version_files(session: Session, version_id: int, files: List[dict]) -> None:
     """The manifest rows of a version (``files`` as the publish schema loads them)."""
-    if files:
-        session.execute(insert(VersionFile), [
-            {"version_id": version_id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
-             "size": f["size"], "mode": f["mode"] & 0o777} for f in files])
+    if not files:
+        return
+    rows = [{"version_id": version_id, "root": f["root"], "path": f["path"], "digest": f["sha256"],
+             "size": f["size"], "mode": f["mode"] & 0o777} for f in files]
+    if session.get_bind().dialect.name == "postgresql":
+        _pg_bulk_insert(session, VersionFile, rows)
+    else:
+        session.execute(insert(VersionFile), rows)
 
 
 def get_or_404(session: Session, model, ident, what: str):
@@ -76,12 +108,37 @@ def find_entry(session: Session, name: str, shape: str, tags: Dict[str, str], en
     return entry
 
 
+#: "Newest" is the version committed last (``Version.commit_seq``), whatever the order of the ids
+NEWEST_FIRST = (Version.commit_seq.desc(), Version.id.desc())
+
+
+def lock_entry(session: Session, entry_id: int) -> Entry:
+    """The entry, locked for the rest of the transaction, so that commits of one key happen one at a time:
+    a row lock (``SELECT ... FOR UPDATE``) on PostgreSQL; on SQLite the publish already holds the database's
+    write lock (``collect.store_lock``), which serialises every writer."""
+    return session.scalars(select(Entry).where(Entry.id == entry_id).with_for_update()).one()
+
+
+def next_commit_seq(session: Session) -> int:
+    """The commit number of a version being committed now: one more than any so far. Call it holding the
+    key's lock (``lock_entry``): then the numbers of one key strictly increase in the order of commits."""
+    return int(session.scalar(select(func.coalesce(func.max(Version.commit_seq), 0)))) + 1
+
+
 def newest_committed(session: Session, entry_id: int, kind: str = keys.DEFAULT_KIND) -> Optional[Version]:
-    """The entry's newest committed version of ``kind``."""
+    """The entry's newest (last committed) committed version of ``kind``."""
     return session.scalars(
         select(Version).where(Version.entry_id == entry_id, Version.kind == kind, Version.state == "committed")
-        .order_by(Version.id.desc()).limit(1)
+        .order_by(*NEWEST_FIRST).limit(1)
     ).first()
+
+
+def newest_version_id(entry_id) -> "select":
+    """A scalar subquery: the id of the newest committed version (any kind) of the entry ``entry_id``
+    (a column to correlate with)."""
+    inner = aliased(Version)
+    return (select(inner.id).where(inner.entry_id == entry_id, inner.state == "committed")
+            .order_by(inner.commit_seq.desc(), inner.id.desc()).limit(1).correlate_except(inner).scalar_subquery())
 
 
 def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, str], env: Dict[str, str],
@@ -92,7 +149,7 @@ def find_with_newest(session: Session, name: str, shape: str, tags: Dict[str, st
     row = session.execute(
         select(Entry, Version).outerjoin(Version, committed)
         .where(Entry.key_digest == keys.key_digest(name, shape, tags, env))
-        .order_by(Version.id.desc()).limit(1)
+        .order_by(*NEWEST_FIRST).limit(1)
     ).first()
     return (row[0], row[1]) if row else (None, None)
 
@@ -126,6 +183,20 @@ def present_blobs(session: Session, digests: Iterable[str]) -> Dict[str, Blob]:
     return found
 
 
+def present_sizes(session: Session, digests: Iterable[str]) -> Dict[str, int]:
+    """digest -> size of the blobs among ``digests`` that the index knows to be stored: ``present_blobs``
+    for a whole manifest (up to CACHESVC_MAX_FILES), as plain rows, and on PostgreSQL one array
+    parameter per 10,000 digests (``= ANY``) rather than a bound parameter each."""
+    digests = list(digests)
+    if session.get_bind().dialect.name != "postgresql":
+        return {d: b.size for d, b in present_blobs(session, digests).items()}
+    found: Dict[str, int] = {}
+    for i in range(0, len(digests), BULK_ROWS):
+        chunk = bindparam("digests", digests[i:i + BULK_ROWS], type_=postgresql.ARRAY(Blob.digest.type))
+        found.update(session.execute(select(Blob.digest, Blob.size).where(Blob.digest == any_(chunk))).all())
+    return found
+
+
 def entry_summary(entry: Entry) -> dict:
     return {
         "id": entry.id,
@@ -137,6 +208,11 @@ def entry_summary(entry: Entry) -> dict:
         "last_restored_at": iso(entry.last_restored_at),
         "restore_count": entry.restore_count,
     }
+
+
+def file_row(f) -> dict:
+    """A file of a version as answers list it (``f``: a VersionFile, or a row with its columns)."""
+    return {"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
 
 
 def version_summary(v: Version) -> dict:

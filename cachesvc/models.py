@@ -69,7 +69,9 @@ class Version(Base):
     __tablename__ = "versions"
     __table_args__ = (Index("ix_versions_entry_state", "entry_id", "state", "id"),
                       Index("ix_versions_manifest_digest", "manifest_digest"),  # admission: same content, other key
-                      Index("ix_versions_entry_kind_state", "entry_id", "kind", "state", "id"))
+                      Index("ix_versions_entry_kind_state", "entry_id", "kind", "state", "id"),
+                      Index("ix_versions_entry_kind_seq", "entry_id", "kind", "state", "commit_seq"),  # newest
+                      Index("ix_versions_commit_seq", "commit_seq"))  # the next number, the newest of a name
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
@@ -83,6 +85,11 @@ class Version(Base):
     compile_seconds: Mapped[Optional[float]] = mapped_column(Float)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     committed_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
+    # Commit order: "newest" is the version committed last (cachesvc.index.NEWEST_FIRST), not the highest
+    # id (ids follow create order; a publish created first may commit last). Set when the version becomes
+    # committed, one more than any so far, under the key's commit lock (cachesvc.index.next_commit_seq), so
+    # it strictly increases within a key; two keys committing at once may share a number. None while pending.
+    commit_seq: Mapped[Optional[int]] = mapped_column(BigInteger)
     lease_expires_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
     last_restored_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
     restore_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -157,7 +164,8 @@ class PendingPack(Base):
 
 class Event(Base):
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_at", "at"),)
+    __table_args__ = (Index("ix_events_at", "at"),
+                      Index("ix_events_entry_kind", "entry_id", "kind"))  # the pages' hit rates per entry
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)

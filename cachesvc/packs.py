@@ -102,7 +102,7 @@ def claim(session: Session, version: Version, digest: str) -> bool:
 def receive(storage: Storage, digest: str, body: BinaryIO) -> Tuple[str, int]:
     """Stream ``body`` into a temp file and check that it hashes to ``digest``; return (the temp file, its
     size) for ``store``. Raises InvalidRequest, PayloadTooLarge, leaving no file."""
-    tmp_dir = getattr(storage, "temp_dir", tempfile.gettempdir)()
+    tmp_dir = storage.temp_dir()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-pack-")
     sha, size = hashlib.sha256(), 0
     try:
@@ -219,7 +219,7 @@ def verify(session: Session, storage: Storage, packs: List[dict], sizes: Dict[st
     now = utcnow()
     index.insert_ignore(session, Pack, [{"digest": p["sha256"], "stored_size": size, "created_at": now}
                                         for p, (_why, size) in zip(packs, checked)])
-    present = set(index.present_blobs(session, members))
+    present = set(index.present_sizes(session, members))
     return [{"digest": m["sha256"], "size": m["size"], "stored_size": m["stored_size"], "encoding": m["encoding"],
              "created_at": now, "pack_digest": p["sha256"], "pack_offset": m["offset"]}
             for p in packs for m in p["members"] if m["sha256"] not in present]

@@ -2,7 +2,10 @@
 
 1. ``create_version``: the client sends its manifest; the service records a
    *pending* version and answers which blobs it lacks, with an upload target
-   for each (a presigned S3 URL, or the service's own blob endpoint).
+   for each (a presigned S3 URL, or the service's own blob endpoint); or, when
+   the client asks (``inline_targets`` false), just their sha256 and size, and
+   hands out the targets in batches as the client uploads (``blob_targets``):
+   at 100,000 files presigning them all took minutes and ~100 MB of answer.
 2. ``commit_version``: once the client has uploaded, the service checks that
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it. Large
@@ -27,8 +30,8 @@ from sqlalchemy.orm import Session
 from cachesvc_client import keys
 
 from . import admission, blobs, collect, index, merging, packs as packs_mod
-from .errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
-from .models import Blob, Entry, Event, PendingPack, Version, VersionFile, utcnow
+from .errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
+from .models import Blob, Event, PendingPack, Version, VersionFile, utcnow
 from .storage import ENCODINGS, Storage, blob_key
 
 
@@ -36,6 +39,9 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
     """Validate the manifest as a whole; return digest -> size."""
     if len(files) > max_files:
         raise PayloadTooLarge(f"{len(files)} files in one version; the limit is {max_files} (CACHESVC_MAX_FILES)")
+    if not files:
+        raise InvalidRequest("the manifest is empty: a version without files would hide the key's newest one; "
+                             "publish after the compile has written its cache", {"field": "files"})
     seen = set()
     sizes: Dict[str, int] = {}
     for f in files:
@@ -67,6 +73,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     collect.store_lock(session)  # GC must see this pending version, or run wholly before it
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id, body["kind"])
+    body = dict(body, meta=merging.without_base(body["meta"]))
     if body.get("merge") and body["kind"] == keys.DEFAULT_KIND:  # only directory snapshots are unioned
         files, body = merging.union(session, newest, body)
         sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
@@ -78,10 +85,10 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     if linked is not None:
         return linked
 
-    present = index.present_blobs(session, sizes)
-    for d, blob in present.items():
-        if blob.size != sizes[d]:
-            raise InvalidRequest(f"sha256 {d} is stored with size {blob.size}, the manifest says {sizes[d]}")
+    present = index.present_sizes(session, sizes)
+    for d, size in present.items():
+        if size != sizes[d]:
+            raise InvalidRequest(f"sha256 {d} is stored with size {size}, the manifest says {sizes[d]}")
     now = utcnow()
     version = Version(
         entry_id=entry.id, kind=body["kind"], state="pending", manifest_digest=digest,
@@ -92,12 +99,39 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     session.add(version)
     session.flush()
     index.insert_version_files(session, version.id, files)
-    expires = settings["PRESIGN_EXPIRES"]
-    upload = [{"sha256": d, "size": sizes[d],
-               "targets": {enc: upload_target(storage, d, enc, expires, version.id) for enc in ENCODINGS}}
-              for d in sorted(set(sizes) - set(present))]
+    upload = [{"sha256": d, "size": sizes[d]} for d in sorted(set(sizes) - set(present))]
+    if body.get("inline_targets", True):  # a client from before batched targets
+        expires = settings["PRESIGN_EXPIRES"]
+        for item in upload:
+            item["targets"] = {enc: upload_target(storage, item["sha256"], enc, expires, version.id)
+                               for enc in ENCODINGS}
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
                  "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
+
+
+def blob_targets(session: Session, storage: Storage, settings: dict, version_id: int,
+                 digests: List[str]) -> dict:
+    """``{"targets": [{"sha256", "targets": {encoding: target}}], "stored": [sha256]}`` for blobs of a pending
+    version: a target for each not stored yet (as the create answer would have listed inline), ``stored``
+    for those a concurrent publish stored since (nothing to upload). Raises InvalidRequest for a blob the
+    version does not name, Conflict when the upload lease has run out."""
+    version = index.get_or_404(session, Version, version_id, "version")
+    if version.state != "pending":
+        raise InvalidRequest(f"version {version_id} is {version.state}; targets are for a pending version")
+    if version.lease_expires_at and version.lease_expires_at < utcnow():
+        raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
+    wanted = list(dict.fromkeys(digests))
+    named = set(session.scalars(select(VersionFile.digest).where(VersionFile.version_id == version_id,
+                                                                 VersionFile.digest.in_(wanted))))
+    if len(named) < len(wanted):
+        odd = [d for d in wanted if d not in named]
+        raise InvalidRequest(f"blob {odd[0]} is not a file of version {version_id}; ask only for the blobs its "
+                             "create answer listed", {"field": "blobs", "blobs": odd[:100]})
+    stored = set(index.present_sizes(session, wanted))
+    expires = settings["PRESIGN_EXPIRES"]
+    return {"targets": [{"sha256": d, "targets": {enc: upload_target(storage, d, enc, expires, version_id)
+                                                  for enc in ENCODINGS}} for d in wanted if d not in stored],
+            "stored": sorted(stored)}
 
 
 def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int) -> Optional[Tuple[str, int, Optional[str]]]:
@@ -129,8 +163,13 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     version = index.get_or_404(session, Version, version_id, "version")
     if version.state == "committed":
         return {"status": "committed", "version": index.version_summary(version)}
-    # Serialise commits of one key (PostgreSQL row lock; SQLite serialises writers anyway).
-    entry = session.scalars(select(Entry).where(Entry.id == version.entry_id).with_for_update()).one()
+    entry = index.lock_entry(session, version.entry_id)  # commits of one key, one at a time
+    # read again under the lock: a concurrent commit of this same version (a retry) may have finished
+    version = session.get(Version, version_id, populate_existing=True)
+    if version is None:  # it held content equal to the newest version, and that commit dropped it
+        raise NotFound(f"version {version_id} does not exist")
+    if version.state == "committed":
+        return {"status": "committed", "version": index.version_summary(version)}
     if version.lease_expires_at and version.lease_expires_at < utcnow():
         raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
 
@@ -138,7 +177,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
                                  .where(VersionFile.version_id == version_id).distinct()).all())
     packed = packs_mod.verify(session, storage, packs or [], sizes)
     session.execute(delete(PendingPack).where(PendingPack.version_id == version_id))  # recorded now, or not needed
-    needed = set(sizes) - set(index.present_blobs(session, sizes)) - {r["digest"] for r in packed}
+    needed = set(sizes) - set(index.present_sizes(session, sizes)) - {r["digest"] for r in packed}
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -155,13 +194,17 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     direct_bytes = index.insert_blobs(session, found)  # uploaded straight to storage (presigned)
     direct_bytes += index.insert_blobs(session, packed)
 
+    merging.catch_up(session, version)
+    if version.file_count == 0:  # recorded before empty manifests were refused
+        raise InvalidRequest(f"version {version_id} has no files: a version without files would hide the key's "
+                             "newest one; publish again after the compile has written its cache", {"field": "files"})
     newest = index.newest_committed(session, entry.id, version.kind)
-    merging.catch_up(session, version, newest)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
         session.delete(version)  # a concurrent publisher committed the same content first
         return {"status": "unchanged", "version": index.version_summary(newest)}
     version.state = "committed"
     version.committed_at = utcnow()
+    version.commit_seq = index.next_commit_seq(session)
     version.lease_expires_at = None
     session.add(Event(kind="publish", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes))
     session.flush()

@@ -5,37 +5,11 @@ from typing import Optional, Sequence
 
 from sqlalchemy.orm import Session
 
-from . import explain, fallback, index, packs
+from . import explain, fallback, index
+from .answer import blob_entries
 from .hits import HitLog, write_now
 from .models import Event
-from .storage import Storage, blob_key
-
-
-def blob_url(storage: Storage, digest: str, encoding: str, expires: int) -> str:
-    return storage.download_url(blob_key(digest, encoding), expires) or f"/api/v1/blobs/{digest}"
-
-
-def blob_entries(storage: Storage, rows, expires: int) -> dict:
-    """The ``blobs`` map of a resolve answer from rows with ``digest, encoding, blob_size, stored_size,
-    stored_sha256, pack_digest, pack_offset, pack_size`` (rows without a blob left out). A loose blob
-    gets ``stored_sha256`` where the service checked its stored bytes. A packed blob also gets ``pack``
-    (its pack's URL), ``pack_sha256``, ``pack_size`` and ``offset``; its ``url`` serves the member alone (older clients)."""
-    out, pack_urls = {}, {}
-    for f in rows:
-        if not f.encoding or f.digest in out:
-            continue
-        if f.pack_digest is None:
-            out[f.digest] = {"url": blob_url(storage, f.digest, f.encoding, expires), "encoding": f.encoding,
-                             "size": f.blob_size, "stored_size": f.stored_size}
-            if f.stored_sha256:  # the service checked the stored bytes itself (cachesvc.blobs): a client
-                out[f.digest]["stored_sha256"] = f.stored_sha256  # may hash those instead of the decoded ones
-            continue
-        if f.pack_digest not in pack_urls:
-            pack_urls[f.pack_digest] = packs.pack_url(storage, f.pack_digest, expires)
-        out[f.digest] = {"url": f"/api/v1/blobs/{f.digest}", "encoding": f.encoding, "size": f.blob_size,
-                         "stored_size": f.stored_size, "pack": pack_urls[f.pack_digest],
-                         "pack_sha256": f.pack_digest, "pack_size": f.pack_size, "offset": f.pack_offset}
-    return out
+from .storage import Storage
 
 
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallbacks: Sequence[str] = (),
@@ -73,8 +47,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
         "hit": True,
         "entry": index.entry_summary(entry),
         "version": index.version_summary(version),
-        "files": [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
-                  for f in rows],
+        "files": [index.file_row(f) for f in rows],
         "blobs": blob_entries(storage, rows, expires),
     }
 

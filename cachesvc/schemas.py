@@ -68,6 +68,10 @@ class PublishSchema(Schema):
     merge = fields.Boolean(load_default=False, metadata={
         "description": "add the key's newest committed version's files at paths this manifest lacks, so the key "
                        "converges to the union of what its publishers compiled"})
+    inline_targets = fields.Boolean(load_default=True, metadata={
+        "description": "false: the answer lists each blob to upload as {sha256, size} only, and the client asks "
+                       "for upload targets in batches (POST /api/v1/versions/<id>/uploads) as it uploads: an "
+                       "answer that grows by ~90 bytes a blob, not ~1 KB of presigned URLs"})
 
 
 class UploadedSchema(Schema):
@@ -102,6 +106,12 @@ class PackTargetSchema(Schema):
 
 class PackTargetsSchema(Schema):
     packs = fields.List(fields.Nested(PackTargetSchema), required=True, validate=validate.Length(min=1, max=10_000))
+
+
+class UploadTargetsSchema(Schema):
+    blobs = fields.List(fields.String(validate=_rule(keys.check_digest)), required=True,
+                        validate=validate.Length(min=1, max=1000),
+                        metadata={"description": "sha256 of blobs the create answer listed to upload"})
 
 
 class PackPutArgs(Schema):

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional
 from sqlalchemy import case, distinct, func, select
 from sqlalchemy.orm import Session
 
-from .models import AuditRecord, Blob, Event, Version, utcnow
+from .models import AuditRecord, Blob, Entry, Event, Version, utcnow
 
 VERDICTS = ("paid_off", "partial", "no_hits")
 HIT_VERDICTS = ("paid_off", "partial")
@@ -77,7 +77,8 @@ def totals(session: Session) -> Dict[str, object]:
 
 def daily(session: Session, days: int = 30, today: dt.date | None = None) -> List[dict]:
     """One row per day for the last ``days`` days: stored bytes at the day's end, restores, misses,
-    hits (verdicts) and publishes."""
+    verdicts, hits (verdicts that saw hits), the day's ``hit_rate`` (None without verdicts), the
+    compile seconds its verdicts saved, and publishes."""
     today = today or utcnow().date()
     first = today - dt.timedelta(days=days - 1)
     start = dt.datetime.combine(first, dt.time())
@@ -86,17 +87,58 @@ def daily(session: Session, days: int = 30, today: dt.date | None = None) -> Lis
                                   .group_by(Event.kind)).all())
     day = func.date(Event.at)
     per_day: Dict[str, Dict[str, tuple]] = {}
-    for d, kind, n, nbytes in session.execute(
-            select(day, _COUNTED_KIND, func.count(), func.coalesce(func.sum(Event.bytes), 0))
+    saved: Dict[str, float] = {}
+    for d, kind, n, nbytes, seconds in session.execute(
+            select(day, _COUNTED_KIND, func.count(), func.coalesce(func.sum(Event.bytes), 0),
+                   func.coalesce(func.sum(Event.seconds), 0.0))
             .where(Event.at >= start).group_by(day, _COUNTED_KIND)):
         per_day.setdefault(str(d), {})[kind] = (n, int(nbytes))
+        if kind in HIT_VERDICTS:
+            saved[str(d)] = saved.get(str(d), 0.0) + float(seconds)
     stored = int(before.get("stored", 0)) - int(before.get("freed", 0))
     rows = []
     for i in range(days):
         d = (first + dt.timedelta(days=i)).isoformat()
         k = per_day.get(d, {})
-        n = {kind: k.get(kind, (0, 0))[0] for kind in ("hit", "fallback_restore", "miss", "publish", *HIT_VERDICTS)}
+        n = {kind: k.get(kind, (0, 0))[0] for kind in ("hit", "fallback_restore", "miss", "publish", *VERDICTS)}
         stored += k.get("stored", (0, 0))[1] - k.get("freed", (0, 0))[1]
+        hits, verdicts = sum(n[v] for v in HIT_VERDICTS), sum(n[v] for v in VERDICTS)
         rows.append({"date": d, "stored_bytes": stored, "restores": n["hit"] + n["fallback_restore"],
-                     "misses": n["miss"], "hits": sum(n[v] for v in HIT_VERDICTS), "publishes": n["publish"]})
+                     "misses": n["miss"], "verdicts": verdicts, "hits": hits, "hit_rate": _ratio(hits, verdicts),
+                     "compile_seconds_saved": round(saved.get(d, 0.0), 3), "publishes": n["publish"]})
     return rows
+
+
+def verdicts_by(session: Session, entry_ids: List[int], per: str = "entry") -> Dict[int, dict]:
+    """Verdicts on ``entry_ids``' versions, per entry (``per="entry"``) or per version (``"version"``:
+    a verdict counts on the first version it names): ``{id: {"verdicts", "hits", "hit_rate",
+    "compile_seconds_saved"}}``; ids without a verdict are absent. Reads ``ix_events_entry_kind``."""
+    if not entry_ids:
+        return {}
+    col = Event.entry_id if per == "entry" else Event.version_id
+    out: Dict[int, dict] = {}
+    for ident, kind, n, seconds in session.execute(
+            select(col, Event.kind, func.count(), func.coalesce(func.sum(Event.seconds), 0.0))
+            .where(Event.entry_id.in_(entry_ids), Event.kind.in_(VERDICTS)).group_by(col, Event.kind)):
+        row = out.setdefault(ident, {"verdicts": 0, "hits": 0, "compile_seconds_saved": 0.0})
+        row["verdicts"] += n
+        if kind in HIT_VERDICTS:
+            row["hits"] += n
+            row["compile_seconds_saved"] = round(row["compile_seconds_saved"] + float(seconds), 3)
+    for row in out.values():
+        row["hit_rate"] = _ratio(row["hits"], row["verdicts"])
+    return out
+
+
+def served(session: Session) -> Dict[str, List[dict]]:
+    """What the cache serves: per device (with its arch and CUDA) and per torch version, the entries
+    with a committed version and their restores, most restored first."""
+    committed = select(Version.entry_id).where(Version.state == "committed").distinct().subquery()
+    out = {}
+    for label, cols in (("devices", (Entry.device, Entry.arch, Entry.cuda)), ("torch", (Entry.torch,))):
+        rows = session.execute(
+            select(*cols, func.count(Entry.id), func.coalesce(func.sum(Entry.restore_count), 0))
+            .join(committed, committed.c.entry_id == Entry.id).group_by(*cols)).all()
+        out[label] = sorted(({"values": list(r[:-2]), "entries": r[-2], "restores": int(r[-1])} for r in rows),
+                            key=lambda r: (-r["restores"], -r["entries"], r["values"]))
+    return out

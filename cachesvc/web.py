@@ -1,7 +1,8 @@
 """HTML pages (Jinja, server-rendered, no JavaScript): the index grouped by name, an entry, the stats.
 
 The pages read the same queries as the JSON API and need the same scope
-(`read`; anonymous when CACHESVC_ANONYMOUS_READ is on).
+(`read`; anonymous when CACHESVC_ANONYMOUS_READ is on), from a bearer token or a
+sign-in (``cachesvc.signin``); the admin pages are ``cachesvc.web_admin``.
 """
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from .api import services
 from .auth import requires
 from .errors import InvalidRequest
 from .schemas import SORTS
+from .signin import page_blueprint
 
-bp = Blueprint("web", __name__, template_folder="templates")
+bp = page_blueprint(Blueprint("web", __name__, template_folder="templates"))
 
 PAGE = 100
+TOP = 10  # rows of each "top entries" table on the stats page
 
 
 @bp.app_template_filter("bytes")
@@ -36,6 +39,9 @@ def _filters() -> dict:
             raise InvalidRequest(f"tag filter {t!r} is not KEY=VALUE")
     if tags:
         args["tag"] = tags
+    search = request.args.get("q", "").strip()
+    if search:
+        args["search"] = search  # a substring of the name or the shape
     if request.args.get("problem", "").lower() in ("1", "true", "yes"):
         args["problem"] = True  # only entries whose restores get no cache hit
     kind = request.args.get("kind", "").strip()
@@ -59,9 +65,12 @@ def index():
     args = _filters()
     with services().db.session() as s:
         page = browse.list_entries(s, args)
+        rates = stats.verdicts_by(s, [r["id"] for r in page["entries"]])
+    for r in page["entries"]:
+        r["verdicts"] = rates.get(r["id"])
     rows = sorted(page["entries"], key=lambda r: r["name"])  # keep the chosen order within each name
     groups = [(name, list(items)) for name, items in groupby(rows, key=lambda r: r["name"])]
-    query = {k: v for k, v in args.items() if k not in ("limit", "offset")}
+    query = {("q" if k == "search" else k): v for k, v in args.items() if k not in ("limit", "offset")}
     return render_template("index.html", page=page, groups=groups, args=args, query=query, sorts=SORTS,
                            fields=browse.FILTER_FIELDS, kinds=keys.KINDS)
 
@@ -71,7 +80,12 @@ def index():
 def entry(entry_id):
     with services().db.session() as s:
         detail = browse.entry_detail(s, entry_id)
-    return render_template("entry.html", e=detail)
+        rates = stats.verdicts_by(s, [entry_id], per="version")
+        entry_rate = stats.verdicts_by(s, [entry_id]).get(entry_id)
+    for v in detail["versions"]:
+        v["verdicts"] = rates.get(v["id"])
+        v["restore_command"] = browse.restore_command(detail, v, request.url_root)
+    return render_template("entry.html", e=detail, entry_rate=entry_rate)
 
 
 @bp.route("/stats")
@@ -82,5 +96,10 @@ def stats_page():
     except ValueError:
         raise InvalidRequest("days must be a number") from None
     with services().db.session() as s:
-        totals, rows = stats.totals(s), stats.daily(s, days)
-    return render_template("stats.html", t=totals, rows=rows, days=days, chart=charts.stored_and_restores(rows))
+        totals, rows, served = stats.totals(s), stats.daily(s, days), stats.served(s)
+        top = {sort: browse.list_entries(s, {"sort": sort, "limit": TOP, "offset": 0})["entries"]
+               for sort in ("most_restored", "largest")}
+        problems = browse.list_entries(s, {"problem": True, "limit": 1, "offset": 0})["total"]
+        rates = stats.verdicts_by(s, [r["id"] for rs in top.values() for r in rs])
+    return render_template("stats.html", t=totals, rows=rows, days=days, served=served, top=top, rates=rates,
+                           problems=problems, chart=charts.stored_and_restores(rows), hit_chart=charts.hit_rate(rows))

@@ -9,6 +9,8 @@
     # a process without torch or a GPU (an init container) keys with the app's environment:
     client.restore(name="resnet50", shape="f32[8,3,224,224]", env=cachesvc_client.load_env_file("env.json"))
 
+    model = cachesvc_client.compile(model, (x,), name="resnet50")  # a hit: no Dynamo, no Inductor
+
     cachesvc_client.enable_remote_cache()       # compiles mid-run ask the fleet first (remote_cache.py)
 
 Needs only requests, zstandard, filelock, click and tqdm; torch is imported
@@ -31,6 +33,8 @@ __version__ = "0.1.0"
 _PUBLIC: Dict[str, str] = {
     "CacheClient": "client",
     "CacheClientError": "errors",
+    "CompiledModel": "compile",
+    "compile": "compile",  # the function; its module is cachesvc_client.compile too, resolved here to the function
     "PublishReport": "report",
     "RestoreReport": "report",
     "apply_torch_fixes": "torch_fixes",
@@ -73,6 +77,7 @@ def __dir__() -> List[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
     from .artifacts import load_precompiled, precompile_function, precompile_package
     from .client import CacheClient
+    from .compile import CompiledModel, compile  # noqa: A004
     from .errors import CacheClientError
     from .fingerprint import environment, shape_signature
     from .keyenv import load_env_file

@@ -131,6 +131,10 @@ def check_size(size: Any) -> int:
     return size
 
 
+#: the client's state folder in the inductor root (restore.lock, restored.json); no manifest path is in it
+STATE_DIR = ".cachesvc"
+
+
 def check_relpath(path: Any) -> str:
     """A manifest path: relative, '/'-separated, no '.', '..' or empty parts.
 
@@ -148,6 +152,9 @@ def check_relpath(path: Any) -> str:
         raise InvalidKey(f"path {path!r} contains a NUL or backslash")
     if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
         raise InvalidKey(f"path {path!r} is absolute; manifest paths are relative to their root")
+    if path.split("/", 1)[0] == STATE_DIR:
+        raise InvalidKey(f"path {path!r} is in {STATE_DIR}/, the client's own restore state, which no manifest "
+                         "may write (and publish never sends)")
     for part in path.split("/"):
         if part in ("", ".", ".."):
             raise InvalidKey(f"path {path!r} has an empty, '.' or '..' component")

@@ -16,9 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, driver_helpers, packing, roots as roots_mod
+from . import __version__, answers, driver_helpers, packing, roots as roots_mod
 from .encoding import encode, file_sha256
-from .errors import BlobsMissing, ServiceUnavailable
+from .errors import BlobsMissing, InvalidRequest, ServiceUnavailable
 from .fingerprint import torch_dir
 from .transport import blobs
 from .transport.api import ServiceAPI
@@ -31,6 +31,68 @@ log = logging.getLogger("cachesvc_client")
 UPLOAD_ATTEMPTS = 3
 #: commits per publish: a commit that finds blobs missing uploads those again first
 COMMIT_ATTEMPTS = 3
+#: seconds create and commit may take per file of the manifest, on top of the client's per-call timeout:
+#: the service's work on them is linear in the files (validate, record rows, check packs); ~10x what it
+#: needs at the service's default file limit (docs/benchmarks.md, publish at scale), room for a loaded host
+SECONDS_PER_FILE = 0.0005
+#: blobs per request for upload targets (the service's limit is 1000); targets are fetched just before
+#: their uploads, so presigned URLs do not expire behind a long queue of uploads
+TARGET_BATCH = 500
+
+
+def call_deadline(api: ServiceAPI, files: int) -> float:
+    """The deadline of a create or commit of a manifest of ``files`` files."""
+    return time.monotonic() + api.timeout + files * SECONDS_PER_FILE
+
+
+def create(api: ServiceAPI, body: dict) -> dict:
+    """POST the manifest, asking for upload targets in batches; a service from before that asked again
+    with targets inline (it refuses the field it does not know)."""
+    try:
+        return api.call("POST", "/api/v1/versions", deadline=call_deadline(api, len(body["files"])),
+                        json={**body, "inline_targets": False})
+    except InvalidRequest as exc:
+        if "inline_targets" not in f"{exc.message} {exc.details}":
+            raise
+    return api.call("POST", "/api/v1/versions", deadline=call_deadline(api, len(body["files"])), json=body)
+
+
+def _targets_answer(doc) -> Dict[str, dict]:
+    """sha256 -> {encoding: target} from an answer of POST /versions/<id>/uploads (Malformed when it is not one)."""
+    rows = answers.json_object(doc).get("targets")
+    if not isinstance(rows, list):
+        raise answers.Malformed("answer.targets must be a list")
+    out = {}
+    for n, row in enumerate(rows):
+        row = answers.json_object(row, f"targets[{n}]")
+        targets = answers.json_object(row.get("targets"), f"targets[{n}].targets")
+        for enc, target in targets.items():
+            answers.url(answers.json_object(target, f"targets[{n}].targets.{enc}").get("url"),
+                        f"targets[{n}].targets.{enc}.url")
+        out[answers.digest(row.get("sha256"), f"targets[{n}].sha256")] = targets
+    return out
+
+
+def with_targets(api: ServiceAPI, version_id: int, items: List[dict]) -> List[dict]:
+    """``items`` (create answer rows) each with its ``targets``, asked for those that came without; less
+    those a concurrent publish has stored since (nothing to upload)."""
+    need = [i["sha256"] for i in items if "targets" not in i]
+    if not need:
+        return items
+    got = {}
+    for at in range(0, len(need), TARGET_BATCH):
+        got.update(api.call("POST", f"/api/v1/versions/{version_id}/uploads", json={"blobs": need[at:at + TARGET_BATCH]},
+                            check=_targets_answer))
+    return [i if "targets" in i else {**i, "targets": got[i["sha256"]]} for i in items
+            if "targets" in i or i["sha256"] in got]
+
+
+def send_loose(api: ServiceAPI, version_id: int, items: List[dict], send, workers: int) -> List[dict]:
+    """Upload loose blobs, a batch of targets at a time."""
+    sent = []
+    for at in range(0, len(items), TARGET_BATCH):
+        sent += pool_map(send, with_targets(api, version_id, items[at:at + TARGET_BATCH]), workers)
+    return sent
 
 
 def pool_map(fn, items: list, workers: int) -> list:
@@ -56,6 +118,13 @@ def keying_warnings() -> List[str]:
             "enable_remote_cache()), which torch puts in the AOTAutograd cache keys: processes restoring this "
             "version without it will hit the FX graph cache but miss AOTAutograd and trace again. Publish "
             "from a process set up like the ones that restore."]
+
+
+def commit(api: ServiceAPI, version_id: int, sent: List[dict], packs: List[dict], files: int) -> dict:
+    uploaded = [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent]
+    body = {"uploaded": uploaded, **({"packs": [{"sha256": p["sha256"], "members": p["members"]} for p in packs]}
+                                     if packs else {})}  # older services refuse "packs"
+    return api.call("POST", f"/api/v1/versions/{version_id}/commit", deadline=call_deadline(api, files), json=body)
 
 
 def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict], Dict[Tuple[str, str], str]]:
@@ -84,6 +153,87 @@ def admit(compile_seconds: Optional[float], min_compile_seconds: float) -> str:
     return ""
 
 
+class Uploads:
+    """The uploads of one pending version: loose blobs (targets asked for in batches) and packs of small
+    ones, each retried on a storage hiccup, then the commit (which re-uploads what it finds missing)."""
+
+    def __init__(self, api: ServiceAPI, version_id: int, by_digest: Dict[str, str], progress: Progress, *,
+                 workers: int, transfer_timeout: float):
+        self.api, self.version_id, self.by_digest, self.progress = api, version_id, by_digest, progress
+        self.workers, self.transfer_timeout = workers, transfer_timeout
+
+    def put(self, target: dict, body_file, length: int, what: str) -> None:
+        url = self.api.absolute(target["url"])
+        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
+            try:
+                blobs.upload(self.api.session, {**target, "url": url}, self.api.auth_headers(url), body=body_file,
+                             length=length, timeout=self.transfer_timeout)
+                return
+            except ServiceUnavailable as exc:
+                # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
+                # SDKs retry; so do we. A 4xx is an answer, not a hiccup.
+                if attempt == UPLOAD_ATTEMPTS or (exc.status is not None and exc.status < 500):
+                    raise
+                log.debug("upload of %s failed (%s); retrying", what, exc.message)
+                body_file.seek(0)
+                time.sleep(0.2 * attempt)
+
+    def send(self, item: dict) -> dict:
+        digest = item["sha256"]
+        encoding, body_file, length = encode(self.by_digest[digest], digest)
+        self.progress.adjust_total(length - item["size"])  # the total starts uncompressed: progress.py
+        try:
+            self.put(item["targets"][encoding], body_file, length, digest[:12])
+        finally:
+            body_file.close()
+        self.progress.advance(1, length)
+        return {"sha256": digest, "encoding": encoding, "length": length}
+
+    def send_pack(self, group: List[dict]) -> dict:
+        index, data = packing.build(group, self.by_digest)
+        self.progress.adjust_total(len(data) - sum(i["size"] for i in group))
+        target = self.api.pack_targets(self.version_id, [{"sha256": index["sha256"], "size": len(data)}])[0]["target"]
+        self.put(target, io.BytesIO(data), len(data), f"pack {index['sha256'][:12]}")
+        self.progress.advance(len(group), len(data))
+        return {**index, "length": len(data), "group": group}
+
+    def loose(self, items: List[dict]) -> List[dict]:
+        return send_loose(self.api, self.version_id, items, self.send, self.workers)
+
+    def all_then_commit(self, todo: List[dict], offer: dict, files: int) -> Tuple[dict, List[dict], List[dict]]:
+        """Upload ``todo`` (the create answer's list; small blobs in packs when the service offers
+        ``packing``) and commit: (the commit answer, the loose blobs sent, the packs sent)."""
+        small = [i for i in todo if offer and i["size"] < offer["max_member"]]
+        loose = [i for i in todo if not (offer and i["size"] < offer["max_member"])]
+        groups = list(packing.groups(small, offer.get("target_size", 0))) if small else []
+        # packs first: a few large bodies, then the loose blobs fill the workers
+        packs = pool_map(self.send_pack, groups, self.workers) if groups else []
+        sent = self.loose(loose)
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return commit(self.api, self.version_id, sent, packs, files), sent, packs
+            except BlobsMissing as exc:
+                # A blob we uploaded is not in storage at commit: another publisher of the same blob
+                # was overwriting it at that instant (some S3 servers delete, then rename), or it was
+                # lost. We still hold the file: upload those again and commit again.
+                missing = set((exc.details or {}).get("missing", []))
+                missing_packs = set((exc.details or {}).get("missing_packs", []))
+                again = [item for item in loose if item["sha256"] in missing]
+                packs_again = [p for p in packs if p["sha256"] in missing_packs]
+                if (attempt == COMMIT_ATTEMPTS or not (again or packs_again) or len(again) < len(missing)
+                        or len(packs_again) < len(missing_packs)):
+                    raise
+                log.info("commit of version %s found %d blob(s) and %d pack(s) missing; uploading them again",
+                         self.version_id, len(again), len(packs_again))
+                self.progress.adjust_total(sum(i["size"] for i in again + [i for p in packs_again for i in p["group"]]))
+                redone = {s["sha256"]: s for s in self.loose(again)}
+                sent = [redone.get(s["sha256"], s) for s in sent]
+                repacked = {p["sha256"]: p for p in pool_map(self.send_pack, [p["group"] for p in packs_again],
+                                                             self.workers)}
+                packs = [repacked.get(p["sha256"], p) for p in packs]
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
             workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True, kind: str = "inductor-dir",
             meta: Optional[Dict[str, str]] = None) -> PublishReport:
@@ -91,8 +241,14 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     version's metadata. With ``merge`` the service unions the manifest with the key's newest version
     (``cachesvc.merging``), so publishers that restored it converge."""
     start = time.monotonic()
+    wanted = roots
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
+    if not files:  # an empty version would hide the key's good one
+        raise InvalidRequest("nothing to publish: " + ", ".join(f"{r.path} ({'empty' if r in roots else 'missing'})"
+                                                               for r in wanted)
+                             + " holds no cache files; publish after the compile, from the process (or cache dir) "
+                               "that ran it", code="empty_manifest")
     roots = driver_helpers.add(files, where, roots)  # Triton's driver helper where a restored process looks
     log.info("publish %s: %d files, %.1f MB in %d roots, hashed in %.1f s", key["name"], len(files),
              sum(f["size"] for f in files) / 1e6, len(roots), time.monotonic() - start)
@@ -106,7 +262,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid()),
                  "torch_dir": torch_dir() or "", **(meta or {})},
     }
-    answer = api.create_version(body)
+    answer = create(api, body)
     report = PublishReport(status=answer["status"], name=key["name"], shape=key["shape"],
                            version_id=answer["version"]["id"], entry_id=answer["entry"]["id"],
                            files=len(files), bytes=sum(f["size"] for f in files), roots=body["roots"],
@@ -124,75 +280,11 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     for f in files:
         by_digest.setdefault(f["sha256"], where[(f["root"], f["path"])])
     todo = answer["upload"]
-
-    offer = answer.get("packing") or {}
-    small = [i for i in todo if offer and i["size"] < offer["max_member"]]
-    loose = [i for i in todo if not (offer and i["size"] < offer["max_member"])]
-
-    def put(target: dict, body_file, length: int, what: str) -> None:
-        url = api.absolute(target["url"])
-        for attempt in range(1, UPLOAD_ATTEMPTS + 1):
-            try:
-                blobs.upload(api.session, {**target, "url": url}, api.auth_headers(url), body=body_file,
-                             length=length, timeout=transfer_timeout)
-                return
-            except ServiceUnavailable as exc:
-                # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
-                # SDKs retry; so do we. A 4xx is an answer, not a hiccup.
-                if attempt == UPLOAD_ATTEMPTS or (exc.status is not None and exc.status < 500):
-                    raise
-                log.debug("upload of %s failed (%s); retrying", what, exc.message)
-                body_file.seek(0)
-                time.sleep(0.2 * attempt)
-
-    def send(item: dict) -> dict:
-        digest = item["sha256"]
-        encoding, body_file, length = encode(by_digest[digest], digest)
-        progress.adjust_total(length - item["size"])  # the total starts uncompressed: progress.py
-        try:
-            put(item["targets"][encoding], body_file, length, digest[:12])
-        finally:
-            body_file.close()
-        progress.advance(1, length)
-        return {"sha256": digest, "encoding": encoding, "length": length}
-
-    def send_pack(group: List[dict]) -> dict:
-        index, data = packing.build(group, by_digest)
-        progress.adjust_total(len(data) - sum(i["size"] for i in group))
-        target = api.pack_targets(report.version_id, [{"sha256": index["sha256"], "size": len(data)}])[0]["target"]
-        put(target, io.BytesIO(data), len(data), f"pack {index['sha256'][:12]}")
-        progress.advance(len(group), len(data))
-        return {**index, "length": len(data), "group": group}
-
-    groups = list(packing.groups(small, offer.get("target_size", 0))) if small else []
     with Progress(f"publish {key['name']}", len(todo), sum(i["size"] for i in todo), log, items="blobs",
                   bytes_bound=True) as progress:
-        # packs first: a few large bodies, then the loose blobs fill the workers
-        packs = pool_map(send_pack, groups, workers) if groups else []
-        sent = pool_map(send, loose, workers)
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            try:
-                done = api.commit(report.version_id, [{"sha256": s["sha256"], "encoding": s["encoding"]} for s in sent],
-                                  [{"sha256": p["sha256"], "members": p["members"]} for p in packs])
-                break
-            except BlobsMissing as exc:
-                # A blob we uploaded is not in storage at commit: another publisher of the same blob
-                # was overwriting it at that instant (some S3 servers delete, then rename), or it was
-                # lost. We still hold the file: upload those again and commit again.
-                missing = set((exc.details or {}).get("missing", []))
-                missing_packs = set((exc.details or {}).get("missing_packs", []))
-                again = [item for item in loose if item["sha256"] in missing]
-                packs_again = [p for p in packs if p["sha256"] in missing_packs]
-                if (attempt == COMMIT_ATTEMPTS or not (again or packs_again) or len(again) < len(missing)
-                        or len(packs_again) < len(missing_packs)):
-                    raise
-                log.info("commit of version %s found %d blob(s) and %d pack(s) missing; uploading them again",
-                         report.version_id, len(again), len(packs_again))
-                progress.adjust_total(sum(i["size"] for i in again + [i for p in packs_again for i in p["group"]]))
-                redone = {s["sha256"]: s for s in pool_map(send, again, workers)}
-                sent = [redone.get(s["sha256"], s) for s in sent]
-                repacked = {p["sha256"]: p for p in pool_map(send_pack, [p["group"] for p in packs_again], workers)}
-                packs = [repacked.get(p["sha256"], p) for p in packs]
+        uploads = Uploads(api, report.version_id, by_digest, progress, workers=workers,
+                          transfer_timeout=transfer_timeout)
+        done, sent, packs = uploads.all_then_commit(todo, answer.get("packing") or {}, len(files))
     report.uploaded_blobs = len(sent) + sum(len(p["members"]) for p in packs)
     report.uploaded_bytes = sum(s["length"] for s in sent) + sum(p["length"] for p in packs)
     report.uploaded_packs = len(packs)

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 
-MODELS = "mlp, mlp-b<N>, encoder, encoder6, resnet50"
+MODELS = "mlp, mlp-b<N>, mlp-wide, encoder, encoder6, resnet50, vit_b_16"
 
 
 def input_dims(name: str) -> tuple:
     """The example input's dimensions for ``name`` (one float32 tensor), known without torch."""
-    dims = {"mlp": (8, 256), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224)}
+    dims = {"mlp": (8, 256), "mlp-wide": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224)}
     if name.startswith("mlp-b") and name[5:].isdigit():
         return (int(name[5:]), 256)
     if name not in dims:
@@ -21,7 +21,7 @@ def signature(name: str) -> str:
 
 
 def build(name: str, device: str = "cpu"):
-    """Return (model, example_inputs) for ``name``: mlp | mlp-b<N> | encoder | encoder6 | resnet50.
+    """Return (model, example_inputs) for ``name`` (``MODELS``).
 
     ``mlp-b<N>`` is the mlp with batch N (shape variants of one model: one key each).
     """
@@ -35,14 +35,16 @@ def build(name: str, device: str = "cpu"):
     torch.backends.mha.set_fastpath_enabled(False)
     if name == "mlp" or name.startswith("mlp-b"):  # mlp-b<N>: same model, another input shape: another key
         model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    elif name == "mlp-wide":  # the mlp with a wider hidden layer: same inputs, another structure
+        model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10))
     elif name == "encoder":
         layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True, dropout=0.0)
         model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
     elif name == "encoder6":  # the GPU transformer: 6 layers, d=512, batch 8, sequence 128
         layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True, dropout=0.0)
         model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
-    else:  # resnet50 (input_dims refused any other name)
+    else:  # resnet50 or vit_b_16 (input_dims refused any other name)
         import torchvision
 
-        model = torchvision.models.resnet50(weights=None)
+        model = getattr(torchvision.models, name)(weights=None)
     return model.to(device).eval(), (torch.randn(*dims).to(device),)

@@ -57,6 +57,22 @@ def _forward(model, *inputs):
     return model(*inputs)
 
 
+def _steps(call, inputs, n: int, device: str) -> float:
+    """Median milliseconds of one call over ``n`` calls after the first (steady state)."""
+    import statistics
+
+    import torch
+
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        call(*inputs)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mlp")
@@ -84,6 +100,15 @@ def main() -> None:
                         "before compiling, timed as restore_s; its counters go under 'remote_cache'")
     p.add_argument("--remote-caches", default=None, metavar="NAMES",
                    help="with --remote-cache: which caches, comma-separated (default: the client's DEFAULT_CACHES)")
+    p.add_argument("--one-call", action="store_true",
+                   help="cachesvc_client.compile(model, inputs, name=...) in place of torch.compile: loads the "
+                        "published precompiled artifact, else compiles (and with --publish publishes after the call)")
+    p.add_argument("--eager", action="store_true", help="no compile: the model itself (the eager baseline)")
+    p.add_argument("--steps", type=int, default=0, help="after the first call: time this many calls (steady state)")
+    p.add_argument("--also-batch", type=int, default=0, metavar="N",
+                   help="after the first call, call once more with batch N (another shape) and compare with eager")
+    p.add_argument("--scale-weights", type=float, default=None, metavar="F",
+                   help="multiply every parameter by F after building the model (same structure, other weights)")
     p.add_argument("--linger", action="store_true",
                    help="after printing RESULT, stay alive until stdin closes (a long-running process)")
     p.add_argument("--after-hook", default=None, metavar="MODULE:FUNC",
@@ -96,7 +121,7 @@ def main() -> None:
     from cachesvc_client import CacheClient, shape_signature
 
     out = {"model": args.model, "pid": os.getpid()}
-    client = CacheClient(args.url) if (args.restore or args.publish or args.verify) else None
+    client = CacheClient(args.url) if (args.restore or args.publish or args.verify or args.one_call) else None
     name = args.name or args.model
     tags = {"mode": args.mode}
     early = None
@@ -107,6 +132,10 @@ def main() -> None:
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     model, inputs = build(args.model, args.device)
+    if args.scale_weights is not None:
+        with torch.no_grad():
+            for param in model.parameters():
+                param.mul_(args.scale_weights)
     shape = shape_signature(*inputs)
     precompiled = args.kind in ("aot-function", "pt2-package")
     report = None
@@ -137,19 +166,36 @@ def main() -> None:
         t = time.perf_counter()
         remote = enable_remote_cache(args.url, caches=caches)
         out["restore_s"] = out.get("restore_s", 0.0) + time.perf_counter() - t
+    mode = None if args.mode == "default" else args.mode
     with torch.no_grad():
-        expected = model(*inputs)
         t = time.perf_counter()
-        if precompiled:
+        if args.eager:
+            call = model
+        elif args.one_call:
+            import cachesvc_client
+
+            call = cachesvc_client.compile(model, inputs, name=name, mode=mode, client=client, publish=args.publish)
+        elif precompiled:
             call, out["precompiled"] = _precompiled(args.kind, model, inputs, report, artifact)
         else:
-            call = torch.compile(model, mode=None if args.mode == "default" else args.mode)
+            call = torch.compile(model, mode=mode)
         result = call(*inputs)
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    out["first_call_s"] = time.perf_counter() - t
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        out["first_call_s"] = time.perf_counter() - t
+        out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
+        out["imported"] = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton")}
+        # eager's reference after the first output: a call before it would warm what the first call pays
+        expected = result if args.eager else model(*inputs)
+        out["step_ms"] = _steps(call, inputs, args.steps, args.device) if args.steps else None
     out["max_abs_diff"] = float((result - expected).abs().max())
-    out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
+    if args.also_batch:
+        with torch.no_grad():
+            other = torch.randn(args.also_batch, *inputs[0].shape[1:], device=inputs[0].device)
+            out["also_batch_max_abs_diff"] = float((call(other) - model(other)).abs().max())
+    if args.one_call:
+        out["compile"] = {"calls": dict(call.calls), "route": call.route, "source": call.source, "miss_reason": call.miss_reason,
+                          "load_s": call.load_seconds}
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}
@@ -170,14 +216,17 @@ def main() -> None:
         out["after_s"] = time.perf_counter() - t
     if args.publish:
         t = time.perf_counter()
-        if args.kind == "mega-cache":
+        if args.one_call:
+            published = call.wait_published()
+            out["publish"] = published
+        elif args.kind == "mega-cache":
             published = client.publish_mega_cache(name, shape, tags)
         elif precompiled:
             published = client.publish_precompiled(name, shape, artifact, args.kind, tags, example_inputs=inputs,
                                                    device=args.device)
         else:
             published = client.publish(name, shape, tags)
-        out["publish"] = published.to_dict()
+        out["publish"] = published if args.one_call else published.to_dict()
         out["publish_s"] = time.perf_counter() - t
     out["process_s"] = time.perf_counter() - T0
     print("RESULT " + json.dumps(out), flush=True)

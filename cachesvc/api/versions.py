@@ -6,7 +6,7 @@ from flask_smorest import Blueprint
 from .. import audit, index, metrics, packs, publishing
 from ..auth import requires
 from ..models import Version, VersionFile
-from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema
+from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
 from . import services
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
@@ -70,6 +70,19 @@ def pack_targets(body, version_id):
     with svc.db.session() as s:
         return {"targets": packs.upload_targets(s, svc.storage, version_id, body["packs"],
                                                 svc.settings["PRESIGN_EXPIRES"])}
+
+
+@blp.route("/<int:version_id>/uploads", methods=["POST"])
+@requires("write")
+@blp.arguments(UploadTargetsSchema)
+@blp.response(200)
+def blob_targets(body, version_id):
+    """Upload targets for blobs of a pending version (a publish created with `inline_targets: false`): one
+    `{sha256, targets: {identity, zstd}}` per blob not stored yet, each target a presigned PUT or
+    `PUT /api/v1/blobs/<sha256>`; `stored` lists those stored since the create (nothing to upload)."""
+    svc = services()
+    with svc.db.session() as s:
+        return publishing.blob_targets(s, svc.storage, svc.settings, version_id, body["blobs"])
 
 
 @blp.route("/<int:version_id>", methods=["GET"])

@@ -17,6 +17,7 @@ botocore type leaves this package.
 from __future__ import annotations
 
 import abc
+import tempfile
 from typing import BinaryIO, Dict, Iterator, Optional
 from urllib.parse import urlparse
 
@@ -95,6 +96,17 @@ class Storage(abc.ABC):
     def download_url(self, key: str, expires: int) -> Optional[str]:
         """A presigned GET URL, or None when bytes must go through the service."""
         return None
+
+    def temp_dir(self) -> str:
+        """Where uploads are received before ``put_file`` stores them: a folder on the objects' own
+        filesystem where ``put_file`` renames (local), else the system's temp folder."""
+        return tempfile.gettempdir()
+
+    def sweep_incoming(self, older_than: float) -> int:
+        """Remove uploads left half-received in ``temp_dir`` (a service killed mid-upload) older than
+        ``older_than`` seconds; return how many. GC calls it with the upload lease. Nothing to sweep
+        where ``temp_dir`` is the system's (its files die with the process's container)."""
+        return 0
 
     def local_path(self, key: str) -> Optional[str]:
         """A filesystem path the service may send directly, if the backend has one."""

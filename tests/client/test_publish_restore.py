@@ -197,6 +197,41 @@ def test_manifest_pointing_outside_the_cache_dir_is_refused_whole(published, tmp
 
 @pytestmark_local
 @pytestmark_storage
+def test_a_manifest_may_not_write_the_clients_own_state_files(published, tmp_path, monkeypatch):
+    """Issue 15, item 10: a manifest entry in .cachesvc/ (restore.lock, restored.json) is untrusted: the
+    whole manifest is refused, the state file left alone (and publish never sends them: test_roots)."""
+    server, a, files = published
+    b = enter_container(monkeypatch, tmp_path / "b")
+    assert client_for(server.url).restore(NAME, SHAPE, env=ENV).hit
+    stamp = (b / "cache/.cachesvc/restored.json").read_bytes()
+    with server.app.extensions["cachesvc"].db.session() as s:  # what a compromised index could hold
+        vid = s.query(Version.id).scalar()
+        data = files[a / "cache/sj/csj.main.cpp"]
+        s.execute(insert(VersionFile).values(version_id=vid, root="inductor", path=".cachesvc/restored.json",
+                                             digest=sha(data), size=len(data), mode=0o644))
+    report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
+    assert not report.hit and "path rules" in report.reason and ".cachesvc/" in report.reason
+    assert (b / "cache/.cachesvc/restored.json").read_bytes() == stamp
+
+
+@pytestmark_local
+@pytestmark_storage
+@pytest.mark.parametrize("merge", [False, True], ids=["no-merge", "merge"])
+def test_publishing_a_missing_or_empty_folder_is_refused_and_the_good_version_stays(published, tmp_path, merge):
+    """Issue 15, item 10: nothing to publish is an error, never an empty version hiding the key's good one."""
+    server, _a, _files = published
+    good = client_for(server.url, cache_dir=str(tmp_path / "first")).restore(NAME, SHAPE, env=ENV).version_id
+    (tmp_path / "empty/locks").mkdir(parents=True)  # junk only: as empty as no folder
+    (tmp_path / "empty/locks/x.lock").write_bytes(b"")
+    for folder, why in ((tmp_path / "missing", "missing"), (tmp_path / "empty", "empty")):
+        with pytest.raises(CacheClientError, match=f"nothing to publish: {folder} \\({why}\\)"):
+            client_for(server.url).publish(NAME, SHAPE, env=ENV, roots={"inductor": str(folder)}, merge=merge)
+    again = client_for(server.url, cache_dir=str(tmp_path / "second")).restore(NAME, SHAPE, env=ENV)
+    assert again.hit and again.version_id == good
+
+
+@pytestmark_local
+@pytestmark_storage
 def test_restore_does_not_write_through_a_symlink_in_the_cache_dir(published, tmp_path, monkeypatch):
     server, _, files = published
     b = enter_container(monkeypatch, tmp_path / "b")

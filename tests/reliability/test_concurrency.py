@@ -3,6 +3,8 @@
     16 ranks restoring one cache dir  -> test_concurrency_16_processes_restore_one_dir_each_file_written_once_no_half_file
     8 publishers of one key           -> test_concurrency_8_processes_publish_identical_content_one_version
                                          test_concurrency_8_processes_publish_different_content_no_blob_lost
+    8 merged publishers of one key    -> test_concurrency_8_merged_publishers_newest_version_holds_every_file
+                                         (issue 15, item 4; SQLite + local and PostgreSQL + S3)
     two service processes             -> test_concurrency_two_service_processes_share_one_postgres_and_one_bucket
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from cachesvc import config, db as cachesvc_db, packs
@@ -24,7 +27,7 @@ from cachesvc.storage import from_url
 from cachesvc_client import CacheClient
 from tests.helpers import ENV
 from tests.reliability.conftest import (ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files,
-                                        publish_files, sha, temp_files)
+                                        publish_files, sha, temp_files, write_files)
 from tests.reliability.faults import client_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,7 +103,7 @@ def _production(postgres_url, s3_server, bucket):
     return {"CACHESVC_DATABASE_URL": postgres_url, **s3_server.service_env(bucket)}
 
 
-def _publishers(tmp_path, svc, contents, go):
+def _publishers(tmp_path, svc, contents, go, merge=False):
     """One publishing process per dict of files (each from its own folder), released together."""
     codes, envs = [], []
     for i, files in enumerate(contents):
@@ -111,7 +114,7 @@ def _publishers(tmp_path, svc, contents, go):
         codes.append(WAIT.format(go=str(go)) +
                      "import json, sys\nfrom pathlib import Path\n"
                      "from tests.reliability.conftest import publish_files\n"
-                     f"r = publish_files({svc.url!r}, {svc.token!r}, Path({str(src)!r}))\n"
+                     f"r = publish_files({svc.url!r}, {svc.token!r}, Path({str(src)!r}), merge={merge!r})\n"
                      "print(json.dumps(r.to_dict()))")
         envs.append(dict(os.environ, PYTHONPATH=str(REPO)))
     return _start_together(codes, envs, go)
@@ -165,19 +168,41 @@ def test_concurrency_8_processes_publish_different_content_no_blob_lost(tmp_path
         with db.session() as s:
             rows = {b.digest: b for b in s.scalars(select(Blob))}
             s.expunge_all()
+            last = s.scalars(select(Version.id).order_by(Version.commit_seq.desc()).limit(1)).one()
     finally:
         db.engine.dispose()
     for vid, names in digests.items():  # no blob lost: every file of every version is stored (loose or packed)
         assert len(names) == 7
         for d in names:
             assert d in rows and packs.stored_somewhere(storage, rows[d]), (vid, d)
-    newest = max(reports, key=lambda r: r["version_id"])
+    newest = next(r for r in reports if r["version_id"] == last)  # the newest is the one committed last
     i = next(i for i, r in enumerate(reports) if r is newest)
     restored = CacheClient(svc.url, svc.token, cache_dir=str(tmp_path / "ctr"), timeout=30).restore(NAME, SHAPE,
                                                                                                    env=ENV)
     assert restored.hit and restored.version_id == newest["version_id"] and not restored.failed
     assert_no_half_file(tmp_path / "ctr", contents[i])
     assert set(final_files(tmp_path / "ctr")) == set(contents[i])
+
+
+@pytest.mark.parametrize("production", [False, True], ids=["sqlite-local", "postgres-s3"])
+def test_concurrency_8_merged_publishers_newest_version_holds_every_file(tmp_path, production, postgres_url,
+                                                                        s3_server, start_service):
+    """Issue 15, item 4: 8 processes that restored one version each add a shape and publish with merge at
+    once; whatever order their creates and commits interleave in, the newest version holds every shape."""
+    env = _production(postgres_url, s3_server, s3_server.new_bucket()) if production else {}
+    svc = start_service(env=env, workers=4)
+    base = {f"fxgraph/base{i}/entry": os.urandom(20_000) for i in range(3)}
+    write_files(tmp_path / "base", base)
+    assert publish_files(svc.url, svc.token, tmp_path / "base", merge=True).status == "committed"
+    contents = [{**base, f"fxgraph/own{i}/entry": os.urandom(30_000 + i)} for i in range(8)]
+    reports = _publishers(tmp_path, svc, contents, tmp_path / "go", merge=True)
+    assert all(r["status"] == "committed" for r in reports), reports
+    everything = {rel: data for files in contents for rel, data in files.items()}
+    restored = CacheClient(svc.url, svc.token, cache_dir=str(tmp_path / "ctr"), timeout=30).restore(NAME, SHAPE,
+                                                                                                   env=ENV)
+    assert restored.hit and not restored.failed
+    assert set(final_files(tmp_path / "ctr")) == set(everything), "the newest version lacks a publisher's files"
+    assert_no_half_file(tmp_path / "ctr", everything)
 
 
 def test_concurrency_two_service_processes_share_one_postgres_and_one_bucket(tmp_path, postgres_url, s3_server,

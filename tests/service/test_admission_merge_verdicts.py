@@ -1,6 +1,8 @@
 """Publish only what pays (linked content), merge on publish, and the verdicts restoring processes send."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import func, select
 
@@ -159,6 +161,54 @@ def test_two_merged_publishes_in_flight_at_once_keep_both_shapes(client, app):
     assert second["version"]["file_count"] == 3 and second["version"]["meta"]["merged_with"] == str(started[0])
     hit = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
     assert {f["path"] for f in hit["files"]} == {"graph-x", "graph-y", "graph-z"}
+
+
+def _start_merged(client, files: dict) -> int:
+    answer = client.post("/api/v1/versions", json=publish_body(files, merge=True)).json
+    for item in answer["upload"]:
+        put_blob(client, item["targets"]["identity"], next(d for d in files.values() if sha(d) == item["sha256"]))
+    return answer["version"]["id"]
+
+
+def test_the_newest_version_is_the_last_committed_and_holds_every_publishers_files(client, app):
+    """Issue 15, item 4: three merged publishes created in order and committed in the reverse order; the
+    first created commits last, takes in both others, and is what resolve answers (not the highest id)."""
+    publish(client, {"graph-x": b"x" * 10})
+    started = [_start_merged(client, {"graph-x": b"x" * 10, added: added.encode()})
+               for added in ("graph-a", "graph-b", "graph-c")]
+    for vid in reversed(started):
+        assert client.post(f"/api/v1/versions/{vid}/commit", json={}).json["status"] == "committed"
+    assert set(files_of(app, started[0])) == {"graph-x", "graph-a", "graph-b", "graph-c"}
+    hit = client.get("/api/v1/resolve", query_string=resolve_params(key())).json
+    assert hit["version"]["id"] == started[0]
+    assert {f["path"] for f in hit["files"]} == {"graph-x", "graph-a", "graph-b", "graph-c"}
+
+
+def test_merged_with_is_the_services_own(client, app):
+    """Issue 15, item 7: a client's meta.merged_with is dropped (merge or not); a pending version holding a
+    non-integer one (from before) gets a 400 naming the field at commit, not a 500."""
+    v1 = publish(client, {"graph-x": b"x" * 10})["version"]["id"]
+    plain = client.post("/api/v1/versions", json=publish_body({"graph-y": b"y"}, meta={"merged_with": "zz"})).json
+    assert "merged_with" not in plain["version"]["meta"]
+    merged = client.post("/api/v1/versions", json=publish_body({"graph-z": b"z"}, merge=True,
+                                                               meta={"merged_with": "zz"})).json
+    assert merged["version"]["meta"]["merged_with"] == str(v1)
+    with app.extensions["cachesvc"].db.session() as s:
+        s.get(Version, merged["version"]["id"]).meta = {"merged_with": "1e9"}
+    put_blob(client, merged["upload"][0]["targets"]["identity"], b"z")
+    resp = client.post(f"/api/v1/versions/{merged['version']['id']}/commit", json={})
+    assert resp.status_code == 400 and "merged_with" in resp.json["error"]["message"], resp.json
+
+
+@pytest.mark.parametrize("files, status, says", [({}, 400, "empty"),
+                                                  ({".cachesvc/restored.json": b"{}"}, 422, ".cachesvc/")])
+def test_an_empty_manifest_or_the_clients_state_files_are_refused(client, files, status, says):
+    """Issue 15, item 10: an empty version would hide the key's good one; .cachesvc/ is the client's state."""
+    good = publish(client, {"graph-x": b"x" * 10})["version"]["id"]
+    for merge in (False, True):
+        resp = client.post("/api/v1/versions", json=publish_body(files, merge=merge))
+        assert resp.status_code == status and says in json.dumps(resp.json["error"]), resp.json
+    assert client.get("/api/v1/resolve", query_string=resolve_params(key())).json["version"]["id"] == good
 
 
 def test_anonymous_verdicts_count_but_never_mark_or_clear_a_problem(client, app, tokens):

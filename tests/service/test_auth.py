@@ -40,6 +40,15 @@ ROUTES = [
     ("GET", "/", "read"),
     ("GET", "/entries/1", "read"),
     ("GET", "/stats", "read"),
+    ("GET", "/login", None),
+    ("POST", "/login", None),
+    ("POST", "/logout", None),  # CSRF-checked, as every form on the pages (test_pages_signin.py)
+    ("GET", "/admin/purge", "admin"),
+    ("POST", "/admin/purge", "admin"),
+    ("GET", "/admin/audit", "admin"),
+    ("GET", "/admin/tokens", "admin"),
+    ("POST", "/admin/tokens", "admin"),
+    ("POST", "/admin/tokens/1/revoke", "admin"),
     ("GET", "/healthz", None),
     ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off
     ("GET", "/api/v1/openapi.json", None),

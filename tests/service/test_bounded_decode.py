@@ -21,7 +21,7 @@ import zstandard
 from sqlalchemy import select
 
 from cachesvc import blobs
-from cachesvc.decoding import BLOCK_MAX, BadBlob, BoundedDecoder, decode_all
+from cachesvc.decoding import CHUNK, BadBlob, Decode, decode_all
 from cachesvc.models import Blob
 from cachesvc.storage import blob_key
 from tests.helpers import ENV, key, put_blob, sha, zstd_bomb
@@ -43,13 +43,25 @@ def heap_peak():
         tracemalloc.stop()
 
 
+class Trickle:
+    """A readable that hands out at most ``chunk`` bytes a read, as a network body does."""
+
+    def __init__(self, raw: bytes, chunk: int):
+        self.raw, self.pos, self.chunk = raw, 0, chunk
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.chunk if n < 0 else min(n, self.chunk)
+        out = self.raw[self.pos:self.pos + n]
+        self.pos += len(out)
+        return out
+
+
 def decode_in_pieces(raw: bytes, encoding: str, limit: int, chunk: int = 1 << 20):
-    """(decoded size, largest piece) of ``raw`` fed ``chunk`` bytes at a time."""
-    dec, largest = BoundedDecoder(encoding, limit), 0
-    for i in range(0, len(raw), chunk):
-        for piece in dec.feed(raw[i:i + chunk]):
-            largest = max(largest, len(piece))
-    return dec.finish(), largest
+    """(decoded size, largest piece) of ``raw`` read ``chunk`` bytes at a time."""
+    dec, largest = Decode(Trickle(raw, chunk), encoding, limit), 0
+    for piece in dec:
+        largest = max(largest, len(piece))
+    return dec.size, largest
 
 
 def wide_window_frame() -> bytes:
@@ -74,11 +86,11 @@ def test_decoder_reads_several_frames_fed_in_any_pieces(chunk):
     cctx = zstandard.ZstdCompressor(level=3, write_checksum=True)
     stored = b"".join(cctx.compress(p) for p in parts)
     size, largest = decode_in_pieces(stored, "zstd", sum(map(len, parts)), chunk)
-    assert size == sum(map(len, parts)) and largest <= BLOCK_MAX
+    assert size == sum(map(len, parts)) and largest <= CHUNK
     assert decode_all(stored, "zstd", size) == b"".join(parts)
 
 
-def test_decoder_refuses_a_bomb_within_one_block_and_without_growing_the_heap():
+def test_decoder_refuses_a_bomb_within_one_chunk_and_without_growing_the_heap():
     bomb = zstd_bomb(4 << 30)
     assert len(bomb) < 200 << 10
     with heap_peak() as heap, pytest.raises(BadBlob, match=f"more than the declared {1 << 20} bytes"):
@@ -87,24 +99,32 @@ def test_decoder_refuses_a_bomb_within_one_block_and_without_growing_the_heap():
     one_frame = zstd_bomb(1 << 30, frame_mib=1024)  # one frame of 1 GiB: the bound holds inside a frame
     with heap_peak() as heap:
         size, largest = decode_in_pieces(one_frame, "zstd", 1 << 30)
-    assert size == 1 << 30 and largest <= BLOCK_MAX and heap["peak"] < 4 << 20
+    assert size == 1 << 30 and largest <= CHUNK and heap["peak"] < 4 << 20
     with pytest.raises(BadBlob):
         decode_in_pieces(one_frame, "zstd", (1 << 30) - 1)
 
 
 @pytest.mark.parametrize("stored, problem", [
-    (zstandard.ZstdCompressor(level=3).compress(b"x" * 5000)[:-3], "truncated"),
-    (zstandard.ZstdCompressor(level=3).compress(b"x" * 5000) + b"tail", "no zstd frame"),
-    (zstandard.ZstdCompressor(level=3).compress(b"x" * 5000) + b"ta", "truncated"),
+    (zstandard.ZstdCompressor(level=3).compress(b"x" * 5000) + b"tail", "not a valid zstd stream"),
+    (zstandard.ZstdCompressor(level=3).compress(b"x" * 5000) + b"ta", "not a valid zstd stream"),
     (b"", "empty"),
-    (b"not zstd at all", "no zstd frame"),
-    ((0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc", "skippable"),
+    (b"not zstd at all", "not a valid zstd stream"),
     (zstandard.ZstdCompressor(level=1).compress(b"") * 20_000, "longer than any encoding"),  # empty frames
     (wide_window_frame(), "too much memory"),
 ])
 def test_decoder_refuses_what_is_not_a_whole_bounded_stream(stored, problem):
     with pytest.raises(BadBlob, match=problem):
         decode_all(stored, "zstd", 10_000)
+
+
+@pytest.mark.parametrize("stored", [
+    zstandard.ZstdCompressor(level=3).compress(b"x" * 5000)[:-3],  # cut inside its last block
+    (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc",  # a skippable frame only
+])
+def test_a_cut_or_foreign_stream_decodes_short_so_the_size_check_refuses_it(stored):
+    """What a stream cut short or holding no content decodes to is less than declared: the callers'
+    size and sha256 checks refuse it (the blob PUT test below shows the 400)."""
+    assert len(decode_all(stored, "zstd", 5000)) < 5000
 
 
 # -- the service's decodes --------------------------------------------------------------------------

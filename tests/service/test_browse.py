@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import html as html_lib
 import json
 import re
 
@@ -191,8 +192,10 @@ def test_stats_count_dedup_restores_misses_verdicts_and_compile_seconds_saved(cl
 
 
 def test_index_page_groups_by_name_and_filters_without_javascript(client, catalog):
-    html = client.get("/").get_data(as_text=True)
+    page = client.get("/")
+    html = page.get_data(as_text=True)
     assert "<script" not in html
+    assert "Set-Cookie" not in page.headers, "a bearer token's request starts no session"
     assert re.findall(r"<h2>([^<]+)</h2>", html) == ["bert", "mlp"]
     assert html.count('<tr class="entry">') == 6
     filtered = client.get("/", query_string={"torch": "2.12.0"}).get_data(as_text=True)
@@ -220,3 +223,108 @@ def test_stats_page_draws_stored_bytes_and_restores_as_svg(client):
     svg = html[html.index("<svg"):html.index("</svg>")]
     assert svg.count('class="restores"') == 7 and 'class="stored"' in svg
     assert "1 restores" in svg and "5.0 kB" in html
+
+
+def _verdict(client, version_id: int, verdict: str, first_call: float = 1.0) -> None:
+    sent = {"versions": [version_id], "verdict": verdict, "fallback": "", "first_call_seconds": first_call}
+    assert client.post("/api/v1/verdicts", json=sent).status_code == 200
+
+
+def _rows(html: str) -> list:
+    return re.findall(r'<tr class="entry">(.*?)</tr>', html, re.S)
+
+
+def test_index_searches_flags_problems_and_fills_shared_bytes_and_hit_rates(client, monkeypatch):
+    common = b"c" * 1000
+    resnet = publish(client, {"common.bin": common, "a.py": b"a"}, key(name="resnet50", shape="f32[8,3,224,224]"),
+                     compile_seconds=9.0)["version"]
+    bert = publish(client, {"common.bin": common, "b.py": b"b"}, key(name="bert", shape="i64[1,128]"))["version"]
+    publish(client, {"m.py": b"only mine"}, key(name="mlp_a"))
+    _verdict(client, resnet["id"], "paid_off", first_call=2.0)
+    _verdict(client, bert["id"], "no_hits")
+
+    assert len(_rows(client.get("/", query_string={"q": "RESNET"}).get_data(as_text=True))) == 1
+    by_shape = _rows(client.get("/", query_string={"q": "1,128"}).get_data(as_text=True))
+    assert len(by_shape) == 1 and "i64[1,128]" in by_shape[0]
+    assert len(_rows(client.get("/", query_string={"q": "mlp_"}).get_data(as_text=True))) == 1
+    assert _rows(client.get("/", query_string={"q": "%"}).get_data(as_text=True)) == [], "LIKE wildcards are literal"
+
+
+    rows = {re.search(r"<code>([^<]+)</code>", r).group(1): r for r in _rows(client.get("/").get_data(as_text=True))}
+    shared = {shape: re.search(r'class="num shared">([^<]*)<', r).group(1) for shape, r in rows.items()}
+    assert shared == {"f32[8,3,224,224]": "1.0 kB", "i64[1,128]": "1.0 kB", "f32[8,256]": ""}
+    rates = {shape: re.search(r'class="num hit-rate">(?:<span[^>]*>)?([^<]*)<', r).group(1) for shape, r in rows.items()}
+    assert rates == {"f32[8,3,224,224]": "100 %", "i64[1,128]": "0 %", "f32[8,256]": "-"}
+    problems = _rows(client.get("/", query_string={"problem": "1"}).get_data(as_text=True))
+    assert len(problems) == 1 and "i64[1,128]" in problems[0] and "problem: no hits" in problems[0]
+
+    page = client.get(f"/entries/{resnet['entry_id']}").get_data(as_text=True)
+    assert re.findall(r'<td><code>([^<]+)</code></td><td class="num">[^<]+</td><td><code[^>]*>[^<]+</code></td>'
+                      r'<td class="shared">yes</td>', page) == ["common.bin"], "shared with bert's version"
+    assert '<span class="shared-bytes">1.0 kB</span>' in page
+    assert re.search(r'id="entry-hit-rate"><span[^>]*>100 %</span> \(1 of 1 verdicts\)', page)
+    assert "<th>compile seconds saved</th><td>7.0</td>" in page
+    assert '<span class="hit-rate"><span title="1 of 1 verdicts saw hits">100 %</span></span>' in page, "per version"
+
+    from cachesvc import web
+
+    monkeypatch.setattr(web, "PAGE", 1)  # the next page of a search keeps the search
+    first = client.get("/", query_string={"q": "E"}).get_data(as_text=True)  # bert, resnet50
+    nxt = html_lib.unescape(re.search(r'<a rel="next" href="([^"]+)"', first).group(1))
+    assert "q=E" in nxt
+    assert {len(_rows(first)), len(_rows(client.get(nxt).get_data(as_text=True)))} == {1}
+    assert _rows(first) != _rows(client.get(nxt).get_data(as_text=True))
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # a real client process: once is enough
+def test_each_version_shows_a_restore_command_that_restores_it(live_server, client, tokens, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import requests
+
+    k = key(name="resnet", shape="f32[8,3,224,224]", tags={"mode": "max-autotune"})
+    entry_id = publish(client, {"fxgraph/ab/graph": b"graph bytes"}, k)["version"]["entry_id"]
+    page = requests.get(f"{live_server.url}/entries/{entry_id}", timeout=30,
+                        headers={"Authorization": f"Bearer {tokens['read']}"}).text
+    command = html_lib.unescape(re.search(r'<pre class="command">([^<]+)</pre>', page).group(1))
+    assert f"--url {live_server.url} --name resnet --shape 'f32[8,3,224,224]' --tag mode=max-autotune" in command
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_"))}
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path), CACHESVC_TOKEN=tokens["read"],
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
+               PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}")
+    done = subprocess.run(["bash", "-c", command + " --json"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hit"] is True
+    assert (tmp_path / "cache" / "fxgraph" / "ab" / "graph").read_bytes() == b"graph bytes"
+
+
+def test_stats_page_answers_top_entries_hardware_torch_and_the_daily_hit_rate(client):
+    gpu = key(name="llama", device="NVIDIA H200", cuda="cuda-12.8", arch="sm_90", torch="2.12.0")
+    big = publish(client, {"w.bin": b"w" * 9000}, key(name="big"))["version"]
+    hot = publish(client, {"k.py": b"kernel"}, gpu, compile_seconds=30.0)["version"]
+    for _ in range(3):
+        assert client.get("/api/v1/resolve", query_string=resolve_params(gpu)).json["hit"]
+    _verdict(client, hot["id"], "paid_off", first_call=5.0)
+    _verdict(client, hot["id"], "partial", first_call=10.0)
+    _verdict(client, big["id"], "no_hits")
+    html = client.get("/stats", query_string={"days": 3}).get_data(as_text=True)
+
+    def table(ident):
+        body = html[html.index(f'id="{ident}"'):]
+        return re.findall(r"<tr[^>]*>(.*?)</tr>", body[body.index("<tbody>"):body.index("</tbody>")], re.S)
+
+    most = table("top-most_restored")
+    assert "llama" in most[0] and '<td class="num">3</td>' in most[0] and "100 %" in most[0]
+    assert "big" in table("top-largest")[0] and "9.0 kB" in table("top-largest")[0]
+    devices = table("devices")
+    assert "NVIDIA H200" in devices[0] and "sm_90" in devices[0] and '<td class="num">3</td>' in devices[0]
+    assert "x86_64" in devices[1]
+    assert [re.search(r">([^<]+)</a>", r).group(1) for r in table("torch")] == ["2.12.0", "2.13.0+cpu"]
+    assert re.search(r'id="hit-rate">66.7 %<', html)
+    assert re.search(r'id="problems">1<', html)
+    rate_svg = html[html.index('class="chart hit-rate"'):]
+    assert rate_svg[:rate_svg.index("</svg>")].count('class="day-rate"') == 1, "one day with verdicts"
+    today = client.get("/api/v1/stats", query_string={"days": 3}).json["daily"][-1]
+    assert (today["verdicts"], today["hits"], today["hit_rate"], today["compile_seconds_saved"]) == (3, 2, 0.667, 45.0)

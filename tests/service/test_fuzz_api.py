@@ -45,6 +45,7 @@ OPERATIONS = [
     "PUT /api/v1/blobs/{sha256}",
     "GET /api/v1/blobs/{sha256}",
     "POST /api/v1/versions/{version_id}/packs",
+    "POST /api/v1/versions/{version_id}/uploads",
     "PUT /api/v1/packs/{sha256}",
     "GET /api/v1/packs/{sha256}",
     "GET /api/v1/resolve",

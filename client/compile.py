@@ -1,0 +1,186 @@
+"""``cachesvc_client.compile``: torch.compile that starts as fast as eager when the fleet has compiled before.
+
+    model = cachesvc_client.compile(model, (x,), name="ranker")   # in place of torch.compile(model)
+    with torch.no_grad():
+        y = model(x)
+    model.wait_published()                                          # a build job: wait for the publish
+
+A hit: the key (name, the inputs' shape signature, mode, the model's structure
+fingerprint, torch.compile's options, and the environment: torch, Triton, CUDA,
+GPU) has a precompiled artifact; it is fetched and loaded without Dynamo or
+Inductor (route_aoti.py: an AOTInductor package run on the live weights).
+A call that does not match what it was built for (compile_spec.py) goes to
+``torch.compile(model, mode=mode, **kwargs)``, with one log line naming why.
+A miss: the key's directory snapshot is restored (if any) and torch.compile
+compiles; with a write token the snapshot and the precompiled artifact are
+published after the first call, in a background thread (``wait_published``).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from . import compile_publish, compile_spec, route_aoti
+from .errors import CacheClientError
+from .fingerprint import shape_signature
+
+log = logging.getLogger("cachesvc_client")
+ROUTE_VAR = "CACHESVC_COMPILE_ROUTE"  # aoti | torch: force a route (benchmarks, debugging)
+ROUTES = ("aoti", "torch")
+
+
+def compile(model: Any, example_inputs: Sequence[Any], *, name: str, mode: Optional[str] = None,  # noqa: A001
+            client: Any = None, tags: Optional[Mapping[str, str]] = None, publish: Optional[bool] = None,
+            **torch_compile_kwargs: Any) -> "CompiledModel":
+    """Return a callable that behaves like ``torch.compile(model, mode=mode, **torch_compile_kwargs)``.
+
+    ``client``: a CacheClient (default: ``CacheClient()``, from ``$CACHESVC_URL`` and ``$CACHESVC_TOKEN``).
+    ``publish``: publish after a miss's first call (default: when the client has a token).
+    ``tags`` are added to the key. Never raises for cache trouble: the model then compiles as usual.
+    """
+    return CompiledModel(model, tuple(example_inputs), name=name, mode=mode, client=client, tags=tags,
+                         publish=publish, torch_compile_kwargs=torch_compile_kwargs)
+
+
+def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
+    text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any],
+                 mode: Optional[str] = None) -> "tuple[str, str]":
+    """(route, why): the best route this torch offers for these inputs and options."""
+    forced = os.environ.get(ROUTE_VAR, "").strip()
+    if forced:
+        if forced not in ROUTES:
+            raise CacheClientError(f"{ROUTE_VAR}={forced!r}: use one of {', '.join(ROUTES)}", code="invalid_request")
+        return forced, f"{ROUTE_VAR}={forced}"
+    backend = kwargs.get("backend", "inductor")
+    if backend != "inductor":
+        return "torch", f"backend {backend!r} (the precompiled route is Inductor's)"
+    if mode and "reduce-overhead" in mode:  # the package runs without CUDA graphs: slower at steady state
+        return "torch", f"mode {mode!r} (CUDA graphs: the package has no graph capture)"
+    why = compile_spec.tensor_inputs(example_inputs) or route_aoti.loader_support()
+    return ("torch", why) if why else ("aoti", "AOTInductor package + C++ loader")
+
+
+class CompiledModel:
+    """What ``compile()`` returns. ``route``: aoti | torch; ``source``: artifact (a hit) | compiled."""
+
+    def __init__(self, model: Any, example_inputs: tuple, *, name: str, mode: Optional[str], client: Any,
+                 tags: Optional[Mapping[str, str]], publish: Optional[bool], torch_compile_kwargs: Dict[str, Any]):
+        import torch
+
+        from .client import CacheClient
+
+        self.model, self.example_inputs, self.name, self.mode = model, example_inputs, name, mode
+        self.kwargs = torch_compile_kwargs
+        self.client = client if client is not None else CacheClient()
+        self.device = str(example_inputs[0].device) if example_inputs and isinstance(
+            example_inputs[0], torch.Tensor) else "cpu"
+        self.shape = shape_signature(*example_inputs)
+        self.route, self.route_reason = choose_route(example_inputs, torch_compile_kwargs, mode)
+        self.tags = {**dict(tags or {}), "mode": mode or "default", "compile": self.route,
+                     "structure": compile_spec.structure_fingerprint(model),
+                     "options": _options_digest(mode, torch_compile_kwargs)}
+        self.spec = compile_spec.InputSpec(example_inputs, bool(model.training))
+        self.source, self.miss_reason, self.report = "compiled", "", None
+        self.load_seconds = 0.0
+        self._runner: Optional[route_aoti.Runner] = None
+        self._compiled: Any = None
+        self._logged: set = set()
+        #: calls served by the precompiled artifact / by torch.compile
+        self.calls = {"artifact": 0, "torch.compile": 0}
+        self._publish = bool(self.client.token) if publish is None else publish
+        self._publisher: Optional[compile_publish.Publisher] = None
+        self._lock = threading.Lock()
+        if self.route == "aoti":
+            self._try_artifact()
+        if self._runner is None:
+            self._restore_snapshot()
+
+    # -- a hit -------------------------------------------------------------------------------------
+
+    def _try_artifact(self) -> None:
+        started = time.monotonic()
+        report = self.client.restore(self.name, self.shape, self.tags, kind=route_aoti.KIND)
+        self.report = report
+        if not report.hit:
+            self.miss_reason = report.reason or "no published artifact for this key"
+            return
+        why = route_aoti.check_host(report.meta, self.device)
+        if why is None:
+            try:
+                self._runner = route_aoti.Runner(report.artifacts[0], route_aoti.live_constants(self.model), self.device)
+            except CacheClientError as exc:
+                why = exc.message
+        if why:
+            self.miss_reason = why
+            log.warning("cachesvc compile %s: not using the published artifact: %s; compiling", self.name, why)
+            return
+        self.source, self.load_seconds = "artifact", time.monotonic() - started
+        log.info("cachesvc compile %s: loaded the precompiled artifact (version %s) in %.2f s",
+                 self.name, report.version_id, self.load_seconds)
+
+    def _restore_snapshot(self) -> None:
+        """A miss: bring back the key's snapshot (a previous publish's kernels) so torch.compile hits it."""
+        self.snapshot = self.client.restore(self.name, self.shape, self.tags)
+
+    # -- calls -------------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        runner = self._runner
+        if runner is not None:
+            why = self.spec.mismatch(args, kwargs, self.model) or compile_spec.grad_wanted(args, self.model)
+            if why is None:
+                self.calls["artifact"] += 1
+                return runner(*args)
+            self._log_fallback(why)
+        first = self._compiled is None
+        self.calls["torch.compile"] += 1
+        out = self._torch_compiled()(*args, **kwargs)
+        if first and self._runner is None and self._publish:
+            self._start_publish()
+        return out
+
+    def _torch_compiled(self) -> Any:
+        if self._compiled is None:
+            with self._lock:
+                if self._compiled is None:
+                    import torch
+
+                    self._compiled = torch.compile(self.model, mode=self.mode, **self.kwargs)
+        return self._compiled
+
+    def _log_fallback(self, why: str) -> None:
+        if why not in self._logged:
+            self._logged.add(why)
+            log.warning("cachesvc compile %s: this call runs torch.compile, not the precompiled artifact: %s",
+                        self.name, why)
+
+    # -- publish after a miss ----------------------------------------------------------------------
+
+    def _start_publish(self) -> None:
+        try:
+            key = self.client.key(self.name, self.shape, self.tags)
+        except Exception as exc:  # noqa: BLE001 - e.g. a bad env file: the call's result is still good
+            log.warning("cachesvc compile %s: not publishing: %s", self.name, exc)
+            return
+        self._publisher = compile_publish.Publisher(self, key)
+        self._publisher.start()
+
+    def wait_published(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Wait for the background publish; return {"snapshot": report dict, "artifact": report dict or error}.
+
+        None when nothing is being published (a hit, no write token, or before the first call).
+        """
+        return self._publisher.wait(timeout) if self._publisher is not None else None
+
+    def __getattr__(self, attr: str) -> Any:  # model attributes, as torch.compile's OptimizedModule offers
+        if attr == "model":
+            raise AttributeError(attr)
+        return getattr(self.model, attr)

@@ -1,0 +1,80 @@
+"""After a miss's first call: publish the snapshot and build, check and publish the precompiled artifact.
+
+Runs in one background thread so the process keeps serving. The package is
+built from a copy of the model while holding Dynamo's compile lock, so a
+recompile in the serving thread waits instead of running under the
+builder's Inductor config patches. Before anything is published the package
+is run the way a hit runs it, in a fresh child process (route_aoti.verify),
+and compared with eager on the example inputs: a package that does not
+reproduce the model, or whose loader crashes, is never published.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from . import artifacts, route_aoti
+from .errors import CacheClientError
+
+log = logging.getLogger("cachesvc_client")
+
+
+class Publisher:
+    def __init__(self, compiled: Any, key: dict):
+        self.compiled, self.key = compiled, key
+        self.result: Dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, name=f"cachesvc-compile-publish-{key['name']}",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+        self._thread.join(timeout)
+        return dict(self.result, done=not self._thread.is_alive())
+
+    def _run(self) -> None:
+        c = self.compiled
+        try:
+            self.result["snapshot"] = c.client.publish(c.name, c.shape, c.tags).to_dict()
+        except Exception as exc:  # noqa: BLE001 - a failed publish never hurts the serving process
+            self.result["snapshot"] = {"error": _why(exc)}
+            log.warning("cachesvc compile %s: the snapshot publish failed: %s", c.name, _why(exc))
+        if c.route != "aoti":
+            self.result["artifact"] = {"skipped": f"route {c.route}: {c.route_reason}"}
+            return
+        try:
+            self.result["artifact"] = self._artifact()
+        except Exception as exc:  # noqa: BLE001 - as above; the next miss tries again
+            self.result["artifact"] = {"error": _why(exc)}
+            log.warning("cachesvc compile %s: the precompiled artifact was not published: %s", c.name, _why(exc))
+
+    def _artifact(self) -> Dict[str, Any]:
+        import torch._dynamo.convert_frame as convert_frame
+
+        c = self.compiled
+        why = route_aoti.support()
+        if why:
+            return {"skipped": why}
+        with tempfile.TemporaryDirectory(prefix="cachesvc-compile-") as tmp:
+            path = os.path.join(tmp, artifacts.FILENAMES[route_aoti.KIND])
+            started = time.monotonic()
+            with convert_frame.compile_lock:
+                route_aoti.build(c.model, c.example_inputs, path, mode=c.mode)
+            build_seconds = time.monotonic() - started
+            route_aoti.verify(path, c.model, c.example_inputs, c.device)
+            meta = dict(artifacts.artifact_meta(route_aoti.KIND, c.example_inputs, c.device),
+                        **route_aoti.host_meta(c.device), structure=c.tags["structure"])
+            report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path=path, meta=meta,
+                                            compile_seconds=build_seconds)
+        log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s): %s",
+                 c.name, build_seconds, report.summary())
+        return dict(report.to_dict(), build_s=build_seconds)
+
+
+def _why(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, CacheClientError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,80 @@
+"""End to end with real torch.compile on the CPU: ``cachesvc_client.compile``, the one call (issue 18).
+
+A cold container compiles through the one call and publishes (the snapshot
+and a weightless AOTInductor package, built and checked in the background);
+a restarted container (same paths, empty HOME, TMPDIR and cache dir) gets
+the package and reaches its first output without importing Dynamo or
+Inductor, so nothing is traced and no kernel is compiled, on its own
+weights (scaled after publish: the package carries none). The fallbacks:
+another input shape at call time, a model whose structure changed after
+publish, another torch (the key's env): each compiles with torch.compile and
+equals eager. Speed is measured in bench/ttfi.py, not asserted here.
+"""
+from __future__ import annotations
+
+import pytest
+
+from cachesvc_client import route_aoti
+from demo.containers import Container
+from demo.service import ServiceProcess
+
+pytestmark = pytest.mark.slow
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """A service and a container that compiled the mlp through the one call and published it."""
+    import torch  # noqa: F401 - route_aoti reads torch's API
+
+    why = route_aoti.support()
+    if why:
+        pytest.skip(why)
+    base = tmp_path_factory.mktemp("one-call")
+    with ServiceProcess(base / "svc") as svc:
+        ctr = Container(base / "containers")
+        cold = ctr.run_worker("--model", "mlp", "--one-call", "--publish", **svc.client_env())
+        ctr.restart()
+        yield svc, ctr, cold
+
+
+def run(ctr, svc, *flags, **env):
+    return ctr.run_worker(*flags, "--one-call", **svc.client_env(), **env)
+
+
+def test_a_miss_compiles_and_publishes_the_snapshot_and_the_package(published):
+    _, _, cold = published
+    assert cold["compile"]["source"] == "compiled" and cold["compile"]["route"] == "aoti", cold["compile"]
+    assert cold["max_abs_diff"] < TOL
+    snapshot, artifact = cold["publish"]["snapshot"], cold["publish"]["artifact"]
+    assert cold["publish"]["done"] and snapshot["status"] == "committed", cold["publish"]
+    assert artifact["status"] == "committed" and artifact["kind"] == "pt2-package", artifact
+
+
+def test_a_restarted_container_loads_it_without_dynamo_or_inductor(published):
+    svc, ctr, _ = published
+    warm = run(ctr, svc, "--model", "mlp", "--scale-weights", "1.5")  # its own weights: the package has none
+    assert warm["compile"]["source"] == "artifact", warm["compile"]
+    assert warm["compile"]["calls"] == {"artifact": 1, "torch.compile": 0}
+    assert warm["imported"] == {"torch._dynamo": False, "torch._inductor": False, "triton": False}
+    assert "frames" not in warm["counters_all"] and not warm["counters"], warm["counters_all"]
+    assert warm["max_abs_diff"] < TOL
+
+
+def test_another_shape_at_call_time_falls_back_to_torch_compile(published):
+    svc, ctr, _ = published
+    r = run(ctr, svc, "--model", "mlp", "--also-batch", "4")
+    assert r["compile"]["source"] == "artifact" and r["compile"]["calls"] == {"artifact": 1, "torch.compile": 1}
+    assert r["also_batch_max_abs_diff"] < TOL and r["counters_all"]["frames"]["ok"] >= 1
+
+
+@pytest.mark.parametrize("flags, env, why", [
+    (("--model", "mlp-wide", "--name", "mlp"), {}, "structure"),      # same name and inputs, another model
+    (("--model", "mlp"), {"CACHESVC_ENV_TORCH": "2.0.0"}, "env"),     # another torch: another key
+])
+def test_a_changed_model_or_torch_misses_and_compiles(published, flags, env, why):
+    svc, ctr, _ = published
+    r = run(ctr, svc, *flags, **env)
+    assert r["compile"]["source"] == "compiled" and r["compile"]["calls"] == {"artifact": 0, "torch.compile": 1}
+    assert r["compile"]["miss_reason"], r["compile"]
+    assert r["max_abs_diff"] < TOL and r["counters_all"]["frames"]["ok"] >= 1

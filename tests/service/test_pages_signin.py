@@ -1,0 +1,206 @@
+"""Sign-in on the pages (Flask's test client): the session cookie, CSRF, revocation, HTML against JSON errors,
+and the admin pages (purge preview and confirmation, audit log, tokens). The browser runs are test_browser.py."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cachesvc import actions
+from tests.helpers import key, publish, resolve_params
+
+pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}  # what chromium sends
+
+
+@pytest.fixture
+def people(app):
+    """A client with no token, on a service where anonymous read is off (the PostgreSQL default)."""
+    app.extensions["cachesvc"].settings["ANONYMOUS_READ"] = False
+    return app.test_client()
+
+
+def csrf_of(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def session_of(app, resp) -> dict:
+    """The session a response's cookie holds (signed, not encrypted: readable, not forgeable)."""
+    value = resp.headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+    return app.session_interface.get_signing_serializer(app).loads(value)
+
+
+def sign_in(c, token: str, next_path: str = "/"):
+    form = c.get("/login", headers=HTML).get_data(as_text=True)
+    return c.post("/login", data={"token": token, "next": next_path, "csrf_token": csrf_of(form)}, headers=HTML)
+
+
+def test_browsers_get_the_sign_in_page_and_json_clients_json(people):
+    page = people.get("/entries/1", headers=HTML)
+    assert page.status_code == 401 and page.mimetype == "text/html"
+    html = page.get_data(as_text=True)
+    assert 'id="login"' in html and 'name="next" value="/entries/1"' in html
+    assert people.get("/").json["error"]["code"] == "unauthorized", "no Accept: text/html, so JSON"
+    api = people.get("/api/v1/entries", headers=HTML)
+    assert api.status_code == 401 and api.json["error"]["code"] == "unauthorized", "the API stays JSON"
+
+
+@SQLITE
+def test_sign_in_sets_a_hardened_session_cookie_that_only_the_pages_honour(people, tokens, client):
+    publish(client, {"a.py": b"a"}, key(name="resnet"))
+    done = sign_in(people, tokens["read"], "/?name=resnet")
+    assert done.status_code == 303 and done.headers["Location"] == "/?name=resnet"
+    cookie = done.headers["Set-Cookie"]
+    assert cookie.startswith("cachesvc_session=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    assert "Secure" not in cookie and "Expires=" in cookie, "plain http: not Secure; expires (SESSION_HOURS)"
+    assert tokens["read"] not in cookie and set(session_of(people.application, done)) == {"signed_in", "_permanent"}
+    page = people.get("/?name=resnet", headers=HTML).get_data(as_text=True)
+    assert page.count('<tr class="entry">') == 1 and "test-read" in page and "Sign out" in page
+    assert people.get("/api/v1/entries").status_code == 401, "the cookie authenticates no API request"
+
+    secure = people.application.test_client()
+    form = secure.get("/login", base_url="https://cache.example").get_data(as_text=True)
+    over_https = secure.post("/login", base_url="https://cache.example", headers={"Referer": "https://cache.example/login"},
+                             data={"token": tokens["read"], "next": "/", "csrf_token": csrf_of(form)})
+    assert over_https.status_code == 303 and "Secure" in over_https.headers["Set-Cookie"]
+
+
+@SQLITE
+def test_a_wrong_token_or_a_foreign_next_signs_nobody_in_and_sends_nowhere(people, tokens):
+    wrong = sign_in(people, "cs_" + "x" * 43)
+    assert wrong.status_code == 401 and "Unknown or revoked token" in wrong.get_data(as_text=True)
+    assert people.get("/", headers=HTML).status_code == 401
+    for foreign in ("//evil.example/x", "https://evil.example/", "javascript:alert(1)"):
+        assert sign_in(people, tokens["read"], foreign).headers["Location"] == "/"
+
+
+@SQLITE
+def test_posts_without_the_csrf_token_are_refused_and_change_nothing(people, tokens, client, app):
+    vid = publish(client, {"a.py": b"a"}, key())["version"]["id"]
+    assert people.post("/login", data={"token": tokens["admin"], "next": "/"}).status_code == 400
+    assert people.get("/", headers=HTML).status_code == 401, "no session from a login without its CSRF token"
+    sign_in(people, tokens["admin"])
+    refused = people.post("/admin/purge", data={"version": str(vid)}, headers=HTML)
+    assert refused.status_code == 400 and "reload the page" in refused.get_data(as_text=True)
+    forged = people.post("/admin/purge", data={"version": str(vid), "csrf_token": "not-the-token"})
+    assert forged.status_code == 400 and forged.json["error"]["code"] == "bad_request"
+    assert people.post("/admin/tokens", data={"name": "sneaky", "scope": "admin"}).status_code == 400
+    assert people.post("/logout").status_code == 400
+    assert client.get("/api/v1/resolve", query_string=resolve_params(key())).json["hit"], "still there"
+    assert [t["name"] for t in actions.list_tokens(app.extensions["cachesvc"])["tokens"]] == [
+        "test-read", "test-write", "test-admin"]
+
+
+def test_a_revoked_token_signs_its_session_out_at_the_next_request(people, tokens, app):
+    sign_in(people, tokens["read"])
+    assert people.get("/", headers=HTML).status_code == 200
+    actions.revoke_token(app.extensions["cachesvc"], "test-read", actor="test")  # another process, say the CLI
+    gone = people.get("/", headers=HTML)
+    assert gone.status_code == 401 and "was revoked" in gone.get_data(as_text=True)
+    assert "signed_in" not in session_of(app, gone), "the session is cleared (a CSRF token for the form is left)"
+    sign_in(people, tokens["write"])
+    page = people.get("/", headers=HTML)
+    assert page.status_code == 200
+    out = people.post("/logout", data={"csrf_token": csrf_of(page.get_data(as_text=True))})
+    assert out.status_code == 303 and people.get("/", headers=HTML).status_code == 401
+
+
+@SQLITE
+def test_page_errors_are_html_for_browsers_and_json_otherwise(client):
+    missing = client.get("/entries/99999", headers=HTML)
+    assert missing.status_code == 404 and missing.mimetype == "text/html"
+    assert "entry 99999 does not exist" in missing.get_data(as_text=True)
+    assert client.get("/entries/99999").json["error"] == {"code": "not_found", "message": "entry 99999 does not exist"}
+    bad = client.get("/", query_string={"sort": "nope"}, headers=HTML)
+    assert bad.status_code == 400 and "sort must be one of" in bad.get_data(as_text=True)
+    assert client.get("/api/v1/entries/99999", headers=HTML).json["error"]["code"] == "not_found"
+    forbidden = client.get("/admin/audit", headers=HTML)  # the write token
+    assert forbidden.status_code == 403 and "this needs `admin`" in forbidden.get_data(as_text=True)
+
+
+@SQLITE
+def test_read_tokens_see_no_admin_control_and_get_403_on_admin_pages(people, tokens, client):
+    entry_id = publish(client, {"a.py": b"a"}, key())["version"]["entry_id"]
+    sign_in(people, tokens["read"])
+    html = people.get(f"/entries/{entry_id}", headers=HTML).get_data(as_text=True)
+    assert "Purge" not in html and "/admin/" not in html
+    for path in ("/admin/purge?entry=1", "/admin/audit", "/admin/tokens"):
+        assert people.get(path, headers=HTML).status_code == 403
+
+
+@SQLITE
+def test_admin_purges_a_version_from_its_page_after_a_dry_run_preview(people, tokens, client, app):
+    k = key(name="resnet")
+    old = publish(client, {"a.py": b"a" * 700, "shared.bin": b"s" * 300}, k)["version"]
+    new = publish(client, {"b.py": b"b" * 500, "shared.bin": b"s" * 300}, k)["version"]
+    sign_in(people, tokens["admin"])
+    entry = people.get(f"/entries/{new['entry_id']}", headers=HTML).get_data(as_text=True)
+    assert f"Purge version {new['id']}" in entry and "Purge this entry" in entry
+
+    preview = people.get("/admin/purge", query_string={"version": new["id"]}, headers=HTML)
+    html = preview.get_data(as_text=True)
+    assert preview.status_code == 200 and "A dry run" in html
+    assert "<strong>1</strong>" in html and "<strong>500 B</strong>" in html, "only b.py goes: shared.bin stays"
+    assert client.get("/api/v1/resolve", query_string=resolve_params(k)).json["version"]["id"] == new["id"]
+
+    done = people.post("/admin/purge", data={"version": str(new["id"]), "csrf_token": csrf_of(html)}, headers=HTML)
+    assert done.status_code == 200 and "1 version(s) purged" in done.get_data(as_text=True)
+    assert client.get("/api/v1/resolve", query_string=resolve_params(k)).json["version"]["id"] == old["id"]
+    records = people.get("/admin/audit", query_string={"action": "purge"}, headers=HTML).get_data(as_text=True)
+    assert records.count('<tr class="record">') == 1 and "token:test-admin" in records
+    assert f"version_id={new['id']}" in records
+    after = people.get(f"/entries/{new['entry_id']}", headers=HTML).get_data(as_text=True)
+    assert re.search(rf"<td>{new['id']} <strong>purged</strong>", after)
+    assert "+1 purged" in people.get("/", headers=HTML).get_data(as_text=True)
+    assert people.get("/admin/audit", query_string={"action": "nope"}, headers=HTML).status_code == 400
+    nothing = people.get("/admin/purge", query_string={"version": new["id"]}, headers=HTML).get_data(as_text=True)
+    assert 'id="nothing"' in nothing and 'id="confirm"' not in nothing
+    assert people.get("/admin/purge", query_string={"version": "x"}, headers=HTML).status_code == 400
+    assert people.get("/admin/purge", headers=HTML).status_code == 400
+
+
+@SQLITE
+def test_admin_creates_a_token_seen_once_and_revokes_it(people, tokens, app):
+    sign_in(people, tokens["admin"])
+    page = people.get("/admin/tokens", headers=HTML).get_data(as_text=True)
+    made = people.post("/admin/tokens", data={"name": "fleet", "scope": "read", "csrf_token": csrf_of(page)},
+                       headers=HTML)
+    assert made.status_code == 201 and made.headers["Cache-Control"] == "no-store"
+    secret = re.search(r'id="secret">(cs_[^<]+)<', made.get_data(as_text=True)).group(1)
+    fleet = app.test_client()
+    assert fleet.get("/api/v1/entries", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+    listing = people.get("/admin/tokens", headers=HTML).get_data(as_text=True)
+    assert "fleet" in listing and secret not in listing, "shown once"
+    bad = people.post("/admin/tokens", data={"name": "", "scope": "root", "csrf_token": csrf_of(listing)}, headers=HTML)
+    assert bad.status_code == 400 and "invalid token" in bad.get_data(as_text=True)
+    fleet_id = next(t["id"] for t in actions.list_tokens(app.extensions["cachesvc"])["tokens"] if t["name"] == "fleet")
+    gone = people.post(f"/admin/tokens/{fleet_id}/revoke", data={"csrf_token": csrf_of(listing)})
+    assert gone.status_code == 303
+    assert fleet.get("/api/v1/entries", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
+    audit = people.get("/admin/audit", headers=HTML).get_data(as_text=True)
+    assert "token.create" in audit and "token.revoke" in audit
+
+
+@SQLITE
+def test_replicas_with_one_secret_key_honour_each_others_sign_ins_and_others_do_not(app, tokens, tmp_path,
+                                                                                     database_url, storage_settings):
+    import cachesvc
+
+    made = []
+
+    def replica(**settings):
+        other = cachesvc.create_app({"TESTING": True, "DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": database_url,
+                                     "ANONYMOUS_READ": False, "TOKEN_CACHE_SECONDS": 0, **storage_settings, **settings})
+        made.append(other)
+        return other.test_client()
+
+    first, second = replica(SECRET_KEY="one key for all"), replica(SECRET_KEY="one key for all")
+    assert sign_in(first, tokens["read"]).status_code == 303
+    cookie = first.get_cookie("cachesvc_session")
+    for c, status in ((second, 200), (replica(), 401), (replica(SECRET_KEY="another key"), 401)):
+        c.set_cookie("cachesvc_session", cookie.value)
+        assert c.get("/", headers=HTML).status_code == status
+    for other in made:
+        other.extensions["cachesvc"].db.engine.dispose()

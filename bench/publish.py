@@ -52,7 +52,7 @@ def zstd_size(ctr: Container, only: Dict[str, int]) -> int:
     """Bytes of the files in ``only`` (by digest) after zstd, as the client would store them."""
     import zstandard
 
-    from cachesvc_client.transfer import ZSTD_LEVEL, ZSTD_MIN_SAVING
+    from cachesvc_client.encoding import ZSTD_LEVEL, ZSTD_MIN_SAVING
 
     total, seen = 0, set()
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)

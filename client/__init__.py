@@ -15,19 +15,72 @@
 
 Needs only requests, zstandard, filelock, click and tqdm; torch is imported
 lazily from the container.
+
+This module is the public face and imports nothing itself: each public name is
+imported from its module on first use (PEP 562 ``__getattr__``, as
+huggingface_hub's ``__init__`` does). So ``import cachesvc_client.keys`` (the
+rules the service shares, standard library only) costs the service and a bare
+init container no requests, filelock, tqdm or zstandard.
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Dict, List
+
 __version__ = "0.1.0"
 
-from .artifacts import load_precompiled, precompile_function, precompile_package  # noqa: E402
-from .client import CacheClient  # noqa: E402
-from .compile import CompiledModel, compile  # noqa: E402,A004
-from .errors import CacheClientError  # noqa: E402
-from .fingerprint import environment, shape_signature  # noqa: E402
-from .keyenv import load_env_file  # noqa: E402
-from .remote_cache import disable_remote_cache, enable_remote_cache  # noqa: E402
-from .report import PublishReport, RestoreReport  # noqa: E402
-from .torch_fixes import apply as apply_torch_fixes  # noqa: E402
+#: public name -> the module (under this package) that defines it
+_PUBLIC: Dict[str, str] = {
+    "CacheClient": "client",
+    "CacheClientError": "errors",
+    "CompiledModel": "compile",
+    "compile": "compile",  # the function; its module is cachesvc_client.compile too, resolved here to the function
+    "PublishReport": "report",
+    "RestoreReport": "report",
+    "apply_torch_fixes": "torch_fixes",
+    "disable_remote_cache": "remote_cache",
+    "enable_remote_cache": "remote_cache",
+    "environment": "fingerprint",
+    "load_env_file": "keyenv",
+    "load_precompiled": "artifacts",
+    "precompile_function": "artifacts",
+    "precompile_package": "artifacts",
+    "shape_signature": "fingerprint",
+}
+#: names whose attribute in their module is another (``apply_torch_fixes`` is ``torch_fixes.apply``)
+_RENAMED = {"apply_torch_fixes": "apply"}
 
-__all__ = ["CacheClient", "CacheClientError", "CompiledModel", "compile", "PublishReport", "RestoreReport", "apply_torch_fixes",
-           "disable_remote_cache", "enable_remote_cache", "environment", "load_env_file", "load_precompiled",
-           "precompile_function", "precompile_package", "shape_signature"]
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name (or a submodule, ``cachesvc_client.remote_cache``) on first use."""
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), _RENAMED.get(name, name))
+    else:
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise  # the submodule exists and lacks a dependency: say that, not "no attribute"
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; never run
+    from .artifacts import load_precompiled, precompile_function, precompile_package
+    from .client import CacheClient
+    from .compile import CompiledModel, compile  # noqa: A004
+    from .errors import CacheClientError
+    from .fingerprint import environment, shape_signature
+    from .keyenv import load_env_file
+    from .remote_cache import disable_remote_cache, enable_remote_cache
+    from .report import PublishReport, RestoreReport
+    from .torch_fixes import apply as apply_torch_fixes

@@ -25,19 +25,20 @@ write tokens only to your own builds.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
-import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from . import keys, publish as publish_mod, roots as roots_mod
 from .errors import CacheClientError
 from .fingerprint import shape_signature
-from .http import ServiceAPI
 from .report import PublishReport, RestoreReport
-from .deadlines import Deadline
-from .restore import STATE_DIR, check_manifest, fetch_files, locked
+from .restore import pipeline
+from .restore.place import STATE_DIR
+from .restore.plan import Plan, check_manifest
+from .transport.api import ServiceAPI
 
 ROLE = "artifact"
 FILENAMES = {"mega-cache": "mega-cache.bin", "aot-function": "function.aot", "pt2-package": "model.pt2"}
@@ -239,7 +240,7 @@ def load_precompiled(artifact: Any, kind: Optional[str] = None, meta: Optional[D
 # -- publish and fetch (no torch) --------------------------------------------------------------------
 
 
-def publish_file(api: ServiceAPI, key: dict, kind: str, path: str, meta: Dict[str, str], *,
+def publish_file(api: ServiceAPI, key: dict, kind: str, *, path: str, meta: Dict[str, str],
                  compile_seconds: Optional[float] = None, workers: int = 8) -> PublishReport:
     """Publish the file at ``path`` as the one file of a version of ``kind``."""
     keys.check_kind(kind)
@@ -260,38 +261,38 @@ def artifact_dir(cache_dir: str, kind: str, version_id: int) -> str:
     return os.path.join(inductor, STATE_DIR, "artifacts", kind, str(version_id))
 
 
-def fetch(api: ServiceAPI, key: dict, kind: str, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
+def fetch(api: ServiceAPI, key: dict, kind: str, *, cache_dir: str, workers: int = 16, timeout: float = 30.0,
           stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
     """Fetch the newest version of ``kind`` for ``key`` into ``artifact_dir``; the report lists the files.
 
-    ``budget``: seconds the whole fetch may take, resolve included, as for ``restore.restore``.
+    The restore's own steps (``restore.pipeline.run``: plan -> fetch -> place), with this kind's plan
+    (``_accept``). ``budget``: seconds the whole fetch may take, resolve included, as for the snapshot.
 
     Raises CacheClientError subclasses on service or storage trouble (CacheClient.restore turns them
     into a miss unless strict).
     """
-    start = time.monotonic()
-    report = RestoreReport(hit=False, name=key["name"], shape=key["shape"], kind=kind)
-    with Deadline(None if budget is None else start + budget) as deadline:
-        answer = api.resolve(key, deadline=deadline.bound(timeout), kind=kind)
-        if not answer["hit"]:
-            report.reason = answer["reason"]
-            report.seconds = time.monotonic() - start
-            return report
-        files, version = answer["files"], answer["version"]
-        check_manifest(files)
-        report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
-        report.meta = dict(version["meta"])
-        dest = artifact_dir(cache_dir, kind, version["id"])
-        os.makedirs(dest, exist_ok=True)
-        local = {f["root"]: (dest if f["root"] == ROLE else None) for f in files}
-        report.roots = {ROLE: dest}
-        with locked(f"{dest}.lock", deadline):
-            fetch_files(api, report, files, answer["blobs"], local, dest, workers=workers,
-                        stall_timeout=stall_timeout, deadline=deadline)
-    mine = [os.path.join(dest, f["path"]) for f in files if f["root"] == ROLE]
+    report, plan = pipeline.run(api, key, kind=kind, accept=functools.partial(_accept, kind=kind, cache_dir=cache_dir),
+                                workers=workers, timeout=timeout, stall_timeout=stall_timeout, budget=budget)
+    if plan is None:
+        return report
+    dest = plan.local[ROLE]
+    mine = [os.path.join(dest, f["path"]) for f in plan.files if f["root"] == ROLE]
     report.hit = bool(mine) and not report.failed
     report.artifacts = mine if report.hit else []
     if not report.hit:
         report.reason = f"the {kind} artifact could not be fetched: {report.failed[0] if report.failed else 'empty'}"
-    report.seconds = time.monotonic() - start
     return report
+
+
+def _accept(report: RestoreReport, answer: dict, *, kind: str, cache_dir: str) -> Plan:
+    """The plan of a one-file kind: its ``artifact`` root's file into ``artifact_dir`` (other roles are left out)."""
+    files, version = answer["files"], answer["version"]
+    check_manifest(files)
+    report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
+    report.meta = dict(version["meta"])
+    dest = artifact_dir(cache_dir, kind, version["id"])
+    os.makedirs(dest, exist_ok=True)
+    report.roots = {ROLE: dest}
+    local = {f["root"]: (dest if f["root"] == ROLE else None) for f in files}
+    local[ROLE] = dest
+    return Plan(files, local, dest, f"{dest}.lock")

@@ -138,7 +138,7 @@ def cli():
               help="Version kind. Other kinds than the snapshot are one file, fetched under "
                    "<cache dir>/.cachesvc/artifacts/ (the report's 'artifacts'); the app loads it.")
 @click.pass_context
-def restore(ctx, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, stall_timeout, budget,
+def restore(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, stall_timeout, budget,
             strict, fallbacks, fallback_max_bytes, kind):
     """Fetch the newest matching version into the cache dir. A miss names the nearest entries and the
     key fields that differ; it exits 0 (the app will compile) unless --strict."""
@@ -172,7 +172,7 @@ def restore(ctx, name, shape, tags, env_file, cache_dir, quiet, url, token, time
                                       "[env CACHESVC_MIN_COMPILE_SECONDS].")
 @click.option("--no-merge", is_flag=True, help="Do not union with the key's newest version.")
 @click.pass_context
-def publish(ctx, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, compile_seconds,
+def publish(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, compile_seconds,
             min_compile_seconds, no_merge):
     """Snapshot the cache dir (and the other roots) and publish it."""
     _setup_logging(quiet)
@@ -220,7 +220,7 @@ def status(cache_dir, as_json):
     click.echo(json.dumps(s, indent=2) if as_json else inventory.status_text(s))
 
 
-def _service(ctx: click.Context, url: Optional[str], token: Optional[str], timeout: float):
+def _service(ctx: click.Context, url: Optional[str], token: Optional[str], *, timeout: float):
     if not url:
         raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
     return CacheClient(url, token, timeout=timeout).api
@@ -250,13 +250,13 @@ def _ask(ctx: click.Context, what: Callable[[], dict]) -> dict:
 @click.option("-v", "--versions", is_flag=True, help="One row per version, with restores and the verified hit rate.")
 @_service_options
 @click.pass_context
-def ls_command(ctx, name, shape, tag, torch, device, arch, kind, problem, sort, limit, versions, url, token, timeout,
+def ls_command(ctx, *, name, shape, tag, torch, device, arch, kind, problem, sort, limit, versions, url, token, timeout,
                as_json):
     """Keys (entries) and versions on the service, with sizes, restores and the verified hit rate."""
     filters = {k: v for k, v in dict(name=name, shape=shape, torch=torch, device=device, arch=arch, kind=kind,
                                      sort=sort, tag=list(tag) or None, problem="true" if problem else None).items()
                if v}
-    api = _service(ctx, url, token, timeout)
+    api = _service(ctx, url, token, timeout=timeout)
     listing = _ask(ctx, lambda: inventory.list_entries(api, filters, limit=limit, versions=versions))
     click.echo(json.dumps(listing, indent=2) if as_json else inventory.entries_text(listing, versions=versions))
 
@@ -266,9 +266,9 @@ def ls_command(ctx, name, shape, tag, torch, device, arch, kind, problem, sort, 
               help="Days of the daily series to show (0: none).")
 @_service_options
 @click.pass_context
-def stats(ctx, days, url, token, timeout, as_json):
+def stats(ctx, *, days, url, token, timeout, as_json):
     """The service's totals: entries, bytes stored, dedup ratio, restores, hit rate, compile time saved."""
-    api = _service(ctx, url, token, timeout)
+    api = _service(ctx, url, token, timeout=timeout)
     got = _ask(ctx, lambda: inventory.service_stats(api, days))
     click.echo(json.dumps(got, indent=2) if as_json else inventory.stats_text(got, days))
 

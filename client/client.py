@@ -14,10 +14,10 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, torch_fixes
 from .errors import CacheClientError
 from .fingerprint import environment
-from .http import CONNECT_TIMEOUT, ServiceAPI
 from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
-from .restore import restore as _restore
+from .restore.snapshot import restore as _restore
+from .transport import CONNECT_TIMEOUT, ServiceAPI
 from .verify import REPORTED, Verdict, judge, record_verdict, stamped_report
 
 log = logging.getLogger("cachesvc_client")
@@ -145,7 +145,7 @@ class CacheClient:
         started = time.monotonic()
         try:
             key = self.key(name, shape, tags, env)  # EnvError (the deployment's env file or variables): a miss
-            report = self._restore(key, kind, fallbacks, fallback_max_bytes, load)
+            report = self._restore(key, kind, fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes, load=load)
         except Exception as exc:  # noqa: BLE001 - a cache never breaks the process it serves
             if strict:
                 raise
@@ -177,14 +177,14 @@ class CacheClient:
         if hint:
             report.warnings.append(hint)
 
-    def _restore(self, key: dict, kind: str, fallbacks: Sequence[str], fallback_max_bytes: Optional[int],
+    def _restore(self, key: dict, kind: str, *, fallbacks: Sequence[str], fallback_max_bytes: Optional[int],
                  load: bool) -> RestoreReport:
         if kind == keys.DEFAULT_KIND:
             report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
                               stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
                               fallback_max_bytes=fallback_max_bytes)
         else:
-            report = artifacts.fetch(self.api, key, kind, self.cache_dir, workers=self.workers,
+            report = artifacts.fetch(self.api, key, kind, cache_dir=self.cache_dir, workers=self.workers,
                                      timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget)
         if load and report.hit:
             self._use_cache_dir()
@@ -294,7 +294,8 @@ class CacheClient:
             path = os.path.join(tmp, artifacts.FILENAMES["mega-cache"])
             with open(path, "wb") as f:
                 f.write(data)
-            report = artifacts.publish_file(self.api, key, "mega-cache", path, meta, workers=min(self.workers, 8),
+            report = artifacts.publish_file(self.api, key, "mega-cache", path=path, meta=meta,
+                                            workers=min(self.workers, 8),
                                             compile_seconds=_compile_seconds(compile_seconds))
         return _published(report)
 
@@ -313,7 +314,7 @@ class CacheClient:
             raise ValueError(f"kind must be one of {', '.join(artifacts.PRECOMPILED)}, got {kind!r}")
         key = self.key(name, shape, tags, env)
         meta = artifacts.artifact_meta(kind, example_inputs, device)
-        report = artifacts.publish_file(self.api, key, kind, path, meta, workers=min(self.workers, 8),
+        report = artifacts.publish_file(self.api, key, kind, path=path, meta=meta, workers=min(self.workers, 8),
                                         compile_seconds=_compile_seconds(compile_seconds))
         log.info("%s", report.summary(), extra=SUMMARY)
         return report

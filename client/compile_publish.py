@@ -69,7 +69,7 @@ class Publisher:
             route_aoti.verify(path, c.model, c.example_inputs, c.device)
             meta = dict(artifacts.artifact_meta(route_aoti.KIND, c.example_inputs, c.device),
                         **route_aoti.host_meta(c.device), structure=c.tags["structure"])
-            report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path, meta,
+            report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path=path, meta=meta,
                                             compile_seconds=build_seconds)
         log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s): %s",
                  c.name, build_seconds, report.summary())

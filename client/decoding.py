@@ -10,8 +10,8 @@ window, which is capped (``MAX_WINDOW``; a frame asking for more is
 refused). The stored bytes are bounded too (``stored_limit``), so a stream
 that decodes to nothing cannot feed a restore for ever.
 
-    decode_into(src, encoding, size, emit, buffers)  a stream: pull, decode, emit pieces (downloads)
-    decode_bytes(data, encoding, size)               one pack member, already in memory
+    decode_into(src, encoding, size, what=, emit=, buffers=)  a stream: pull, decode, emit pieces (downloads)
+    decode_bytes(data, encoding, size, what=)                one pack member, already in memory
     Limited(raw, limit, ...)                         a readable that refuses past ``limit`` stored bytes
 
 Frames decoded in parallel (``frames.ParallelDecoder``) use the same rule:
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
 
 import zstandard
 
@@ -29,7 +30,6 @@ from .errors import IntegrityError
 
 #: the largest zstd window decoded (our publishers' level 3 uses 2 MiB; a frame wanting more is refused)
 MAX_WINDOW = 8 << 20
-_LOCAL = threading.local()  # one-shot decompressor per thread (pack members: thousands per restore)
 
 
 class Oversize(IntegrityError):
@@ -47,13 +47,54 @@ def decompressor(max_window: int = MAX_WINDOW) -> zstandard.ZstdDecompressor:
     return zstandard.ZstdDecompressor(max_window_size=max_window)
 
 
+class Decoders:
+    """What the decodes of one restore share: a zstd context per thread and window (one-shot decodes of
+    pack members: thousands per restore, each a fresh context otherwise) and, on first need, the small
+    thread pool that decodes independent frames in parallel (``frames.ParallelDecoder``).
+
+    Thread-safe. Use as a context manager, or ``close()``: that waits for the pool's threads.
+    """
+
+    def __init__(self, threads: int = 2):
+        self.threads = threads
+        self._local = threading.local()
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._lock = threading.Lock()
+
+    def context(self, max_window: int = MAX_WINDOW) -> zstandard.ZstdDecompressor:
+        """The calling thread's decompressor for ``max_window`` (reused: one decode at a time per thread)."""
+        contexts = self._local.__dict__.setdefault("contexts", {})
+        dctx = contexts.get(max_window)
+        if dctx is None:
+            dctx = contexts[max_window] = decompressor(max_window)
+        return dctx
+
+    def pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="cachesvc-zstd")
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Decoders":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Limited:
     """A readable over ``raw`` that hands out at most ``limit`` bytes: Oversize once ``raw`` has more.
 
     ``on_bytes(n)`` is told of every read (progress); ``sha``, if given, hashes what passes.
     """
 
-    def __init__(self, raw, limit: int, what: str, on_bytes: Callable[[int], None] = lambda n: None, sha=None):
+    def __init__(self, raw, limit: int, what: str, *, on_bytes: Callable[[int], None] = lambda n: None, sha=None):
         self.raw, self.left, self.what, self.on_bytes, self.sha = raw, limit, what, on_bytes, sha
 
     def _passed(self, n: int, data) -> None:
@@ -77,7 +118,7 @@ class Limited:
         return n
 
 
-def decode_into(src, encoding: str, size: int, what: str, emit: Callable[[memoryview, Callable[[], None]], None],
+def decode_into(src, encoding: str, size: int, *, what: str, emit: Callable[[memoryview, Callable[[], None]], None],
                 buffers: "queue.Queue[bytearray]") -> None:
     """Read stored bytes from ``src``, decode them and ``emit(view, release)`` the decoded bytes in pieces
     of at most one buffer from ``buffers`` (``release()`` hands the buffer back; ``emit`` may pass both to
@@ -108,9 +149,10 @@ def decode_into(src, encoding: str, size: int, what: str, emit: Callable[[memory
         raise IntegrityError(f"{what}: decodes to {got} bytes, expected {size}")
 
 
-def decode_bytes(data, encoding: str, size: int, what: str) -> bytes:
+def decode_bytes(data, encoding: str, size: int, *, what: str, decoders: Optional[Decoders] = None) -> bytes:
     """One pack member's stored bytes, decoded: exactly ``size`` bytes, or IntegrityError (Oversize when
-    it would decode to more). Allocates at most ``size`` bytes."""
+    it would decode to more). Allocates at most ``size`` bytes. ``decoders``: the restore's contexts
+    (None: a fresh one)."""
     if encoding == "identity":
         if len(data) != size:
             raise IntegrityError(f"{what}: {len(data)} stored bytes, expected {size}")
@@ -120,9 +162,7 @@ def decode_bytes(data, encoding: str, size: int, what: str) -> bytes:
         if declared not in (-1, size):
             raise (Oversize if declared > size else IntegrityError)(
                 f"{what}: its zstd frame declares {declared} bytes, expected {size}; refused")
-        dctx = getattr(_LOCAL, "dctx", None)
-        if dctx is None:
-            dctx = _LOCAL.dctx = decompressor()
+        dctx = decoders.context() if decoders is not None else decompressor()
         # A declared size is what decompress() allocates (checked above); an undeclared one gets size + 1.
         raw = dctx.decompress(data, max_output_size=size + 1)
     except zstandard.ZstdError as exc:

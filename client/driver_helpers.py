@@ -23,7 +23,8 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from . import roots as roots_mod, transfer
+from . import roots as roots_mod
+from .encoding import file_sha256
 
 #: file names of Triton's driver helpers (cuda_utils.cpython-312-x86_64-linux-gnu.so, hip_utils...)
 HELPER = re.compile(r"^(?:cuda|hip)_utils\.[^/]*so$")
@@ -46,7 +47,7 @@ def loaded(maps: Optional[str] = None) -> List[str]:
     return sorted(found)
 
 
-def add(files: List[dict], where: Dict[Tuple[str, str], str], roots: List[roots_mod.Root],
+def add(files: List[dict], where: Dict[Tuple[str, str], str], roots: List[roots_mod.Root], *,
         maps: Optional[str] = None) -> List[roots_mod.Root]:
     """List each loaded driver helper that lies in Triton's own dir and in no root, in ``files`` /
     ``where`` (as ``snapshot`` makes them; edited in place), under a ``triton`` root for that dir.
@@ -59,7 +60,7 @@ def add(files: List[dict], where: Dict[Tuple[str, str], str], roots: List[roots_
     for helper in helpers:
         st = os.stat(helper)
         rel = os.path.relpath(helper, own).replace(os.sep, "/")
-        files.append({"root": "triton", "path": rel, "sha256": transfer.file_sha256(helper), "size": st.st_size,
+        files.append({"root": "triton", "path": rel, "sha256": file_sha256(helper), "size": st.st_size,
                       "mode": 0o755 if st.st_mode & 0o111 else 0o644})
         where[("triton", rel)] = helper
     return list(roots) + [roots_mod.Root("triton", own)]

@@ -6,11 +6,12 @@ imports (and ``environment()`` works) in a container without them.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
 import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 #: Fields of ``environment()``, in order (same as keys.ENV_FIELDS).
 FIELDS = ("torch", "triton", "cuda", "python", "device", "arch")
@@ -18,21 +19,14 @@ FIELDS = ("torch", "triton", "cuda", "python", "device", "arch")
 #: ``CACHESVC_ENV_<FIELD>`` overrides a field (e.g. CACHESVC_ENV_DEVICE=H100).
 OVERRIDE_PREFIX = "CACHESVC_ENV_"
 
-_NOT_LOADED = object()
-_torch_module: Any = _NOT_LOADED
-
-
 def _torch() -> Any:
-    """The torch module, or None when it is not installed. Imported once, on first need."""
-    global _torch_module
-    if _torch_module is _NOT_LOADED:
-        try:
-            import torch  # noqa: PLC0415
-        except ImportError:
-            _torch_module = None
-        else:
-            _torch_module = torch
-    return _torch_module
+    """The torch module, or None when it is not installed (imported on first need; a repeated failed import
+    is cheap: the import system caches the folders it searched)."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return None
+    return torch
 
 
 def _cuda_available(torch: Any) -> bool:
@@ -162,6 +156,16 @@ def environment() -> Dict[str, str]:
             except Exception:  # noqa: BLE001 - a fingerprint field must never crash the caller
                 env[field] = "unknown"
     return env
+
+
+def torch_dir() -> Optional[str]:
+    """Where torch is installed. Inductor's C++ cache keys hold its include paths, so a
+    restore into a container with torch elsewhere hits the graph cache but rebuilds kernels."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec and spec.origin else None
 
 
 # --------------------------------------------------------------------------

@@ -22,13 +22,12 @@ add up past the blob's size.
 from __future__ import annotations
 
 import queue
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import zstandard
 
-from .decoding import Oversize, decompressor
+from .decoding import Decoders, Oversize
 
 #: blobs at least this large (decoded) are published as several frames
 FRAMED_MIN = 32 << 20
@@ -36,7 +35,7 @@ FRAMED_MIN = 32 << 20
 FRAME_SIZE = 2 << 20
 #: a stream whose frames declare more than this many decoded bytes is not decoded in parallel
 FRAME_MAX = 32 << 20
-#: decoder threads shared by every download in the process
+#: decoder threads of one restore (``decoding.Decoders``), shared by its downloads
 DECODE_THREADS = 2
 #: frames submitted ahead of the one being emitted
 AHEAD = 2
@@ -118,28 +117,12 @@ def parallel_ok(first_bytes) -> bool:
     return size is not None and size <= FRAME_MAX
 
 
-_POOL: Optional[ThreadPoolExecutor] = None
-_LOCAL = threading.local()  # one decompression context per decoder thread
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="cachesvc-zstd")
-        return _POOL
-
-
-def _decode_into(frame: bytes, buf: bytearray, size: int) -> memoryview:
+def _decode_into(decoders: Decoders, frame: bytes, *, buf: bytearray, size: int) -> memoryview:
     """Decode one whole frame into ``buf``; the view of its ``size`` decoded bytes. Raises FrameError."""
     out = memoryview(buf)[:size]
     got = 0
     try:
-        dctx = getattr(_LOCAL, "dctx", None)
-        if dctx is None:
-            dctx = _LOCAL.dctx = decompressor(FRAME_MAX)
-        reader = dctx.stream_reader(frame)
+        reader = decoders.context(FRAME_MAX).stream_reader(frame)
         while got < size:
             n = reader.readinto(out[got:])
             if not n:
@@ -164,12 +147,15 @@ class ParallelDecoder:
     FrameError when the stream stopped mid-frame. Any FrameError from a bad
     frame or checksum is raised by ``feed`` or ``finish``; Oversize (before
     decoding) when the frames declare more than ``limit`` bytes in all (None:
-    no limit). Not thread-safe: one feeding thread.
+    no limit). ``decoders``: the restore's decoder pool (None: one of its own, closed by ``close``).
+    Not thread-safe: one feeding thread.
     """
 
     def __init__(self, emit: Callable[[memoryview, Callable[[], None]], None], limit: Optional[int] = None,
-                 what: str = "a framed blob"):
+                 what: str = "a framed blob", *, decoders: Optional[Decoders] = None):
         self.emit, self.limit, self.what = emit, limit, what
+        self._own = decoders is None
+        self.decoders = decoders or Decoders(DECODE_THREADS)
         self.declared = 0
         self._buf = bytearray()
         self._pos = 0
@@ -189,7 +175,7 @@ class ParallelDecoder:
         buf = self._free.get()  # waits while the consumer holds them all
         if buf is None or len(buf) < size:
             buf = bytearray(max(size, FRAME_SIZE))
-        self._pending.append((_pool().submit(_decode_into, frame, buf, size), buf))
+        self._pending.append((self.decoders.pool().submit(_decode_into, self.decoders, frame, buf=buf, size=size), buf))
 
     def feed(self, data) -> None:
         self._buf += data
@@ -237,3 +223,5 @@ class ParallelDecoder:
             if not f.cancelled():
                 f.exception()
         self._pending = []
+        if self._own:
+            self.decoders.close()

@@ -16,8 +16,8 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from . import roots as roots_mod
-from .http import ServiceAPI
-from .restore import load_stamp, stamp_file
+from .transport.api import ServiceAPI
+from .restore.place import load_stamp, stamp_file
 from .units import format_size
 
 #: rows asked per page of GET /api/v1/entries

@@ -19,7 +19,7 @@ import hashlib
 import io
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import transfer
+from .encoding import encode
 
 #: wanted members closer than this are fetched by one GET, the gap read and dropped
 MERGE_GAP = 64 << 10
@@ -49,7 +49,7 @@ def build(group: List[dict], paths: Dict[str, str]) -> Tuple[dict, bytes]:
     out = io.BytesIO()
     members = []
     for item in group:
-        encoding, body, length = transfer.encode(paths[item["sha256"]], item["sha256"])
+        encoding, body, length = encode(paths[item["sha256"]], item["sha256"])
         try:
             data = body.read()
         finally:

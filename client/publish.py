@@ -16,9 +16,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, answers, driver_helpers, packing, roots as roots_mod, transfer
+from . import __version__, answers, driver_helpers, packing, roots as roots_mod
+from .encoding import encode, file_sha256
 from .errors import BlobsMissing, InvalidRequest, ServiceUnavailable
-from .http import ServiceAPI
+from .fingerprint import torch_dir
+from .transport import blobs
+from .transport.api import ServiceAPI
 from .progress import Progress
 from .report import PublishReport
 
@@ -97,18 +100,6 @@ def pool_map(fn, items: list, workers: int) -> list:
         return list(pool.map(fn, items))
 
 
-def torch_dir() -> Optional[str]:
-    """Where torch is installed. Inductor's C++ cache keys hold its include paths, so a
-    restore into a container with torch elsewhere hits the graph cache but rebuilds kernels."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return None
-    return os.path.dirname(spec.origin) if spec and spec.origin else None
-
-
 def keying_warnings() -> List[str]:
     """Settings of this process that key its compile state apart from a process without them.
 
@@ -144,7 +135,7 @@ def snapshot(roots: List[roots_mod.Root], workers: int = 8) -> Tuple[List[dict],
             for rel, abspath, size, mode in roots_mod.walk(root.path, root.exclude):
                 found.append((root.role, rel, abspath, size, mode))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        digests = list(pool.map(lambda row: transfer.file_sha256(row[2]), found))
+        digests = list(pool.map(lambda row: file_sha256(row[2]), found))
     files, where = [], {}
     for (role, rel, abspath, size, mode), digest in zip(found, digests):
         files.append({"root": role, "path": rel, "sha256": digest, "size": size,
@@ -175,8 +166,8 @@ class Uploads:
         url = self.api.absolute(target["url"])
         for attempt in range(1, UPLOAD_ATTEMPTS + 1):
             try:
-                transfer.upload(self.api.session, {**target, "url": url}, self.api.auth_headers(url), body_file,
-                                length, self.transfer_timeout)
+                blobs.upload(self.api.session, {**target, "url": url}, self.api.auth_headers(url), body=body_file,
+                             length=length, timeout=self.transfer_timeout)
                 return
             except ServiceUnavailable as exc:
                 # S3 stores answer 500/503 now and then (InternalError, SlowDown) and their
@@ -189,7 +180,7 @@ class Uploads:
 
     def send(self, item: dict) -> dict:
         digest = item["sha256"]
-        encoding, body_file, length = transfer.encode(self.by_digest[digest], digest)
+        encoding, body_file, length = encode(self.by_digest[digest], digest)
         self.progress.adjust_total(length - item["size"])  # the total starts uncompressed: progress.py
         try:
             self.put(item["targets"][encoding], body_file, length, digest[:12])

@@ -39,7 +39,7 @@ cache served it: keep the remote cache on in every process of the fleet,
 and publish snapshots from processes that compiled.
 
 **Never fails the process; checks what it hands Inductor**: see
-``cachesvc_client.remote_backend``, the byte-level backend over HTTP.
+``cachesvc_client.transport.remote``, the byte-level backend over HTTP.
 
 In the compile worker processes Inductor starts for GPU kernels the hook is
 not set; the autotune cache those workers create is rebuilt in this process
@@ -49,6 +49,7 @@ importable there (Inductor builds a lazy Redis client that is never used).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import threading
@@ -57,8 +58,9 @@ from typing import Dict, Optional, Tuple
 from . import keys
 from .errors import CacheClientError
 from .fingerprint import environment
-from .http import check_url
-from .remote_backend import MAX_VALUE, BackendStats, HTTPBackend, new_session  # noqa: F401 - public here too
+from .transport.api import check_url
+from .transport.remote import MAX_VALUE, SESSION_POOL, BackendStats, HTTPBackend  # noqa: F401 - public here too
+from .transport.session import new_session
 
 log = logging.getLogger("cachesvc_client.remote_cache")
 
@@ -77,8 +79,6 @@ _REMOTE_CACHE_MODULE = "torch._inductor.remote_cache"
 
 def check_hook(cache: str) -> Optional[str]:
     """Why the installed torch cannot take our backend for ``cache`` (None: it can)."""
-    import importlib
-
     cls_name, config_module, flag = CACHES[cache]
     try:
         module = importlib.import_module(_REMOTE_CACHE_MODULE)
@@ -109,8 +109,45 @@ class RemoteCacheStatus:
         return {name: backend.stats.to_dict() for name, backend in self.enabled.items()}
 
 
-_saved: Dict[str, tuple] = {}  # cache -> (class, previous override, config module, flag, previous flag value)
-_hook_lock = threading.Lock()
+class InductorHooks:
+    """What this process changed in Inductor: per cache, the class attribute and config flag set, and
+    their values before, so ``disable_remote_cache`` puts back exactly what was there.
+
+    Inductor's classes and config flags are process-wide, so the record of what was changed in them
+    is too: ``HOOKS`` is the one instance (the only module-level state of the client, with
+    ``torch_fixes.FIXES`` and ``transport.deadlines``' watchdog, each for the same reason).
+    Thread-safe.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._saved: Dict[str, tuple] = {}  # cache -> (class, previous override, config module, flag, its value)
+
+    def install(self, cache: str, backend: HTTPBackend) -> None:
+        """Point Inductor's class for ``cache`` at ``backend`` and switch its flag on (the first state is
+        saved). Call it holding ``lock``."""
+        cls_name, config_module, flag = CACHES[cache]
+        cls = getattr(importlib.import_module(_REMOTE_CACHE_MODULE), cls_name)
+        config = importlib.import_module(config_module)
+        if cache not in self._saved:
+            self._saved[cache] = (cls, cls.__dict__.get("backend_override_cls"), config, flag, getattr(config, flag))
+        cls.backend_override_cls = _backend_factory(backend)
+        setattr(config, flag, True)
+
+    def undo(self) -> None:
+        """Inductor's classes and config flags as they were before the first ``install``."""
+        with self.lock:
+            for cls, override, config, flag, value in self._saved.values():
+                if override is None:
+                    if "backend_override_cls" in cls.__dict__:
+                        delattr(cls, "backend_override_cls")
+                else:
+                    cls.backend_override_cls = override
+                setattr(config, flag, value)
+            self._saved.clear()
+
+
+HOOKS = InductorHooks()
 
 
 def _backend_factory(backend: HTTPBackend):
@@ -157,15 +194,15 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
         status.local_only = dict.fromkeys(caches, reason)
         log.warning("cachesvc remote cache not enabled: %s", reason)
         return status
-    session = new_session(token)
-    with _hook_lock:
+    session = new_session(SESSION_POOL, token)
+    with HOOKS.lock:
         for cache in caches:
             problem = check_hook(cache)
             if problem is None:
                 try:
-                    backend = HTTPBackend(url, cache, env, token, timeout=timeout, cooldown=cooldown,
+                    backend = HTTPBackend(url, cache, env, token=token, timeout=timeout, cooldown=cooldown,
                                           session=session, max_bytes=max_bytes)
-                    _install(cache, backend)
+                    HOOKS.install(cache, backend)
                     status.enabled[cache] = backend
                 except Exception as exc:  # a torch that refuses the attribute or the flag: never fail
                     problem = f"hooking failed: {type(exc).__name__}: {exc}"
@@ -177,27 +214,6 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
     return status
 
 
-def _install(cache: str, backend: HTTPBackend) -> None:
-    """Point Inductor's class for ``cache`` at ``backend`` and switch its flag on (the first state is saved)."""
-    import importlib
-
-    cls_name, config_module, flag = CACHES[cache]
-    cls = getattr(importlib.import_module(_REMOTE_CACHE_MODULE), cls_name)
-    config = importlib.import_module(config_module)
-    if cache not in _saved:
-        _saved[cache] = (cls, cls.__dict__.get("backend_override_cls"), config, flag, getattr(config, flag))
-    cls.backend_override_cls = _backend_factory(backend)
-    setattr(config, flag, True)
-
-
 def disable_remote_cache() -> None:
     """Undo ``enable_remote_cache``: Inductor's classes and config flags as they were."""
-    with _hook_lock:
-        for cls, override, config, flag, value in _saved.values():
-            if override is None:
-                if "backend_override_cls" in cls.__dict__:
-                    delattr(cls, "backend_override_cls")
-            else:
-                cls.backend_override_cls = override
-            setattr(config, flag, value)
-        _saved.clear()
+    HOOKS.undo()

@@ -33,7 +33,29 @@ from typing import Dict
 log = logging.getLogger("cachesvc_client")
 
 _MARK = "found_by_coordesc = found_by_coordesc"  # the line torch 2.13 has and 2.11 lacks
-_applied: Dict[str, str] = {}
+
+
+class TorchFixes:
+    """What this process did to torch: ``{fix: state}``. torch's classes are process-wide, so a patch is made
+    once per process and its state is too: ``FIXES`` is the one instance (as ``remote_cache.HOOKS``)."""
+
+    def __init__(self):
+        self.states: Dict[str, str] = {}
+
+    def patch(self, th) -> None:
+        """Patch Inductor's Triton runtime module ``th`` (never raises), and log what happened."""
+        try:
+            self.states["coordesc-mark"] = _patch_recheck(th)
+        except Exception as e:  # noqa: BLE001 - a workaround must never break the process
+            self.states["coordesc-mark"] = f"not applied: {e.__class__.__name__}: {e}"
+        if self.states["coordesc-mark"] == "applied":
+            log.info("cachesvc: patched CachingAutotuner.recheck_autotune_cache so cached coordinate-descent "
+                     "winners are not tuned again (torch %s)", getattr(sys.modules.get("torch"), "__version__", "?"))
+        elif self.states["coordesc-mark"].startswith("not applied"):
+            log.warning("cachesvc: %s", self.states["coordesc-mark"])
+
+
+FIXES = TorchFixes()
 
 
 def _recheck_autotune_cache(th):
@@ -82,7 +104,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module):
             exec_module(module)
-            _patch(module)
+            FIXES.patch(module)
 
         spec.loader.exec_module = exec_and_patch
         return spec
@@ -97,27 +119,15 @@ def apply() -> Dict[str, str]:
     """
     if os.environ.get("CACHESVC_TORCH_FIXES", "1") == "0":
         return {"coordesc-mark": "disabled by CACHESVC_TORCH_FIXES=0"}
-    if "coordesc-mark" in _applied:
-        return dict(_applied)
+    if "coordesc-mark" in FIXES.states:
+        return dict(FIXES.states)
     module = sys.modules.get(_MODULE)
     if module is not None:
-        _patch(module)
-        return dict(_applied)
+        FIXES.patch(module)
+        return dict(FIXES.states)
     if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchOnImport())
     return {"coordesc-mark": "on import of " + _MODULE}
-
-
-def _patch(th) -> None:
-    try:
-        _applied["coordesc-mark"] = _patch_recheck(th)
-    except Exception as e:  # noqa: BLE001 - a workaround must never break the process
-        _applied["coordesc-mark"] = f"not applied: {e.__class__.__name__}: {e}"
-    if _applied["coordesc-mark"] == "applied":
-        log.info("cachesvc: patched CachingAutotuner.recheck_autotune_cache so cached coordinate-descent "
-                 "winners are not tuned again (torch %s)", getattr(sys.modules.get("torch"), "__version__", "?"))
-    elif _applied["coordesc-mark"].startswith("not applied"):
-        log.warning("cachesvc: %s", _applied["coordesc-mark"])
 
 
 def _patch_recheck(th) -> str:

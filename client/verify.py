@@ -37,7 +37,7 @@ from filelock import FileLock, Timeout
 
 from . import roots as roots_mod
 from .report import RestoreReport
-from .restore import load_stamp, stamp_file
+from .restore.place import load_stamp, stamp_file
 
 REPORTED = ("paid_off", "partial", "no_hits")
 #: the counters a verdict recorded in restored.json keeps

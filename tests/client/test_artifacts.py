@@ -96,7 +96,8 @@ def test_mega_cache_load_failure_is_a_miss_unless_strict(live_server, tmp_path, 
     blob = tmp_path / "mega.bin"
     blob.write_bytes(b"not a mega-cache")
     client = CacheClient(live_server.url, timeout=10)
-    artifacts.publish_file(client.api, client.key(NAME, SHAPE, env=ENV), "mega-cache", str(blob), {"torch": "x"})
+    artifacts.publish_file(client.api, client.key(NAME, SHAPE, env=ENV), "mega-cache", path=str(blob),
+                           meta={"torch": "x"})
     fetched = client.restore(NAME, SHAPE, env=ENV, kind="mega-cache")
     assert fetched.hit and fetched.loaded is None
     miss = client.restore(NAME, SHAPE, env=ENV, kind="mega-cache", load=True)

@@ -85,20 +85,23 @@ def test_decode_into_stops_one_byte_past_the_size():
         out.extend(view)
         release()
 
-    decoding.decode_into(io.BytesIO(stored), "zstd", len(data), "ok", emit, decoding.single_buffer(len(data)))
+    decoding.decode_into(io.BytesIO(stored), "zstd", len(data), what="ok", emit=emit,
+                         buffers=decoding.single_buffer(len(data)))
     assert bytes(out) == data
     for size, error in ((len(data) - 1, decoding.Oversize), (len(data) + 1, IntegrityError)):
         out.clear()
         with pytest.raises(error):
-            decoding.decode_into(io.BytesIO(stored), "zstd", size, "blob", emit, decoding.single_buffer(size))
+            decoding.decode_into(io.BytesIO(stored), "zstd", size, what="blob", emit=emit,
+                                 buffers=decoding.single_buffer(size))
         assert len(out) <= size  # never a byte past the declared size handed on
     out.clear()
     with pytest.raises(decoding.Oversize, match="decodes past"):
-        decoding.decode_into(io.BytesIO(bomb()), "zstd", 1 << 20, "bomb", emit, decoding.buffers(2, 256 << 10))
+        decoding.decode_into(io.BytesIO(bomb()), "zstd", 1 << 20, what="bomb", emit=emit,
+                             buffers=decoding.buffers(2, 256 << 10))
     assert len(out) <= 1 << 20
     with pytest.raises(decoding.Oversize, match="more stored bytes"):  # identity: the stored bytes are the bound
         reader = decoding.Limited(io.BytesIO(b"x" * 1001), 1000, "blob")
-        decoding.decode_into(reader, "identity", 1000, "blob", emit, decoding.single_buffer(1000))
+        decoding.decode_into(reader, "identity", 1000, what="blob", emit=emit, buffers=decoding.single_buffer(1000))
 
 
 def test_decode_bytes_never_allocates_a_declared_bomb():
@@ -106,15 +109,15 @@ def test_decode_bytes_never_allocates_a_declared_bomb():
     tracemalloc.start()
     try:
         with pytest.raises(decoding.Oversize, match="declares 3221225472 bytes"):
-            decoding.decode_bytes(member, "zstd", 200_000, "member")
+            decoding.decode_bytes(member, "zstd", 200_000, what="member")
         with pytest.raises(IntegrityError):  # size not declared: decoded into size + 1 bytes at most
-            decoding.decode_bytes(bomb(3 * GIB), "zstd", 200_000, "member")
+            decoding.decode_bytes(bomb(3 * GIB), "zstd", 200_000, what="member")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 8 << 20, peak
     small = b"kernel " * 1000
-    assert decoding.decode_bytes(zstandard.ZstdCompressor().compress(small), "zstd", len(small), "m") == small
+    assert decoding.decode_bytes(zstandard.ZstdCompressor().compress(small), "zstd", len(small), what="m") == small
 
 
 def test_frames_may_not_declare_more_than_the_blob():
@@ -134,8 +137,8 @@ def test_a_window_over_the_cap_is_refused():
 
     big_window = (0xFD2FB528).to_bytes(4, "little") + b"\0" + bytes([20 << 3]) + _rle_blocks(1 << 20)  # 1 GiB
     with pytest.raises(IntegrityError, match="bad zstd data"):
-        decoding.decode_into(io.BytesIO(big_window), "zstd", 1 << 20, "wide", lambda v, r: r(),
-                             decoding.single_buffer(1 << 20))
+        decoding.decode_into(io.BytesIO(big_window), "zstd", 1 << 20, what="wide", emit=lambda v, r: r(),
+                             buffers=decoding.single_buffer(1 << 20))
 
 
 # -- against a live service, local storage and rclone S3 --------------------------------------------

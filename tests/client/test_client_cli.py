@@ -282,7 +282,7 @@ def test_ls_and_stats_show_the_services_keys_versions_and_totals(live_server, cl
 @pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 def test_ls_pages_through_every_entry(live_server, client, tokens):
     from cachesvc_client import inventory
-    from cachesvc_client.http import ServiceAPI
+    from cachesvc_client.transport import ServiceAPI
 
     for i in range(7):
         publish(client, {"f": bytes([i]) * 10}, key(f"m{i}", SHAPE))

@@ -26,7 +26,7 @@ import pytest
 
 from bench.dead_service import UNROUTABLE, in_blackhole
 from cachesvc_client import CacheClient, CacheClientError
-from cachesvc_client.http import ServiceAPI
+from cachesvc_client.transport import ServiceAPI
 from tests.client.test_publish_restore import closed_port, enter_container
 from tests.helpers import ENV
 from tests.reliability.conftest import ENV_VARS

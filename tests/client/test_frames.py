@@ -10,7 +10,8 @@ import pytest
 import zstandard
 
 from cachesvc.decoding import BadBlob, decode_all
-from cachesvc_client import frames, transfer
+from cachesvc_client import frames
+from cachesvc_client.encoding import encode
 
 
 def blob_bytes(size: int, seed: int = 1) -> bytes:
@@ -29,7 +30,7 @@ def large(tmp_path_factory):
     data = blob_bytes(frames.FRAMED_MIN + frames.FRAME_SIZE * 3 + 12345)
     path = tmp_path_factory.mktemp("frames") / "big.h.gch"
     path.write_bytes(data)
-    encoding, body, length = transfer.encode(str(path), hashlib.sha256(data).hexdigest())
+    encoding, body, length = encode(str(path), hashlib.sha256(data).hexdigest())
     stored = body.read()
     body.close()
     assert encoding == "zstd" and len(stored) == length
@@ -77,7 +78,7 @@ def test_publish_writes_large_blobs_as_independent_checksummed_frames(large):
 def test_small_blobs_stay_one_frame(tmp_path):
     data = blob_bytes(frames.FRAMED_MIN - 1)
     (tmp_path / "f").write_bytes(data)
-    _, body, _ = transfer.encode(str(tmp_path / "f"), hashlib.sha256(data).hexdigest())
+    _, body, _ = encode(str(tmp_path / "f"), hashlib.sha256(data).hexdigest())
     with body:
         stored = body.read()
     assert len(split(stored)) == 1 and not frames.parallel_ok(stored[:18])

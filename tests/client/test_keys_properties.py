@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cachesvc_client import keys
-from cachesvc_client.restore import safe_target
+from cachesvc_client.restore.plan import safe_target
 
 #: Deterministic for CI (derandomize), no example database written to the work tree.
 PROPS = settings(max_examples=200, deadline=None, derandomize=True, database=None,

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import select
 
 from cachesvc.models import Blob, Pack
-from cachesvc_client import CacheClient, download, packing
+from cachesvc_client import CacheClient, packing
+from cachesvc_client.transport import blobs
 from tests.helpers import ENV, sha
 
 NAME, SHAPE = "packed", "f32[4]"
@@ -41,13 +42,13 @@ def read_all(root: Path) -> dict:
 def spy(monkeypatch):
     """The byte ranges restore asks of packs (None: the whole pack); the real fetch runs."""
     seen = []
-    real = download.fetch_bytes
+    real = blobs.fetch_bytes
 
     def fetch_bytes(url, headers, byte_range, *args, **kw):
         seen.append(byte_range)
         return real(url, headers, byte_range, *args, **kw)
 
-    monkeypatch.setattr(download, "fetch_bytes", fetch_bytes)
+    monkeypatch.setattr(blobs, "fetch_bytes", fetch_bytes)
     return seen
 
 

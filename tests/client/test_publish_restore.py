@@ -336,7 +336,7 @@ print("OK")
 def test_restore_warns_when_torch_lives_at_another_path(published, tmp_path, monkeypatch):
     server, _, _ = published
     enter_container(monkeypatch, tmp_path / "b")
-    monkeypatch.setattr("cachesvc_client.restore.torch_dir", lambda: "/elsewhere/site-packages/torch")
+    monkeypatch.setattr("cachesvc_client.restore.snapshot.torch_dir", lambda: "/elsewhere/site-packages/torch")
     report = client_for(server.url).restore(NAME, SHAPE, env=ENV)
     assert report.hit and len(report.warnings) == 1 and "/elsewhere/site-packages/torch" in report.warnings[0]
 

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from cachesvc_client import CacheClient, publish as publish_mod
-from cachesvc_client.http import ServiceAPI
+from cachesvc_client.transport import ServiceAPI
 from tests.helpers import ENV, publish_body, sha
 
 pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),

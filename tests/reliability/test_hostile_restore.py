@@ -10,7 +10,7 @@ Covered earlier, in tests/client/test_publish_restore.py:
     a manifest pointing outside the cache dir is refused whole
         -> test_manifest_pointing_outside_the_cache_dir_is_refused_whole
     never written through a symlink -> test_restore_does_not_write_through_a_symlink_in_the_cache_dir
-    existing files never clobbered with a half-written one: temp file + rename (client/transfer.py),
+    existing files never clobbered with a half-written one: temp file + rename (client/restore/place.py),
         checked here by assert_no_half_file after every kill.
 """
 from __future__ import annotations

@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import func, select
 
 from cachesvc.models import Blob, Version
-from cachesvc_client import CacheClient, transfer
+from cachesvc_client import CacheClient
+from cachesvc_client.transport import blobs
 from cachesvc_client.errors import Forbidden
 from tests.helpers import ENV
 from tests.reliability.conftest import NAME, SHAPE, assert_no_half_file, final_files, make_files
@@ -57,16 +58,16 @@ def test_trust_read_only_fleet_client_restores_but_cannot_publish_and_stores_not
 def test_trust_commit_finding_a_blob_missing_uploads_it_again_and_commits(live_server, tokens, tmp_path, storage,
                                                                           monkeypatch):
     files = make_files(tmp_path / "src", {f"fxgraph/k{i}/entry": 4000 + i for i in range(4)})
-    real_upload, lost = transfer.upload, []
+    real_upload, lost = blobs.upload, []
 
-    def upload_then_lose_the_first(session, target, headers, body, length, timeout):
-        real_upload(session, target, headers, body, length, timeout)
+    def upload_then_lose_the_first(session, target, headers, **kw):
+        real_upload(session, target, headers, **kw)
         if not lost:  # the object vanishes after its upload, before the commit (a concurrent overwrite)
             key = target["url"].split("?")[0].split("/some-prefix/", 1)[1]
             storage.delete(key)
             lost.append(key)
 
-    monkeypatch.setattr(transfer, "upload", upload_then_lose_the_first)
+    monkeypatch.setattr(blobs, "upload", upload_then_lose_the_first)
     report = CacheClient(live_server.url, tokens["write"], timeout=10).publish(
         NAME, SHAPE, env=ENV, roots={"inductor": str(tmp_path / "src")})
     assert lost and report.status == "committed"

@@ -1,5 +1,6 @@
 """Inductor's byte-level remote-cache backend over cachesvc's HTTP API (``GET``/``PUT
-/api/v1/remote-cache/<cache>/<key>``); ``remote_cache`` hooks it into Inductor.
+/api/v1/remote-cache/<cache>/<key>``); ``cachesvc_client.remote_cache`` hooks it into Inductor.
+Its session comes from ``session.new_session``, like every other connection of the client.
 
 **Never fails the process.** Every request has a short timeout and no
 retry; any error is logged (once per kind) and answered as a miss (GET) or
@@ -28,9 +29,10 @@ from typing import Dict, Iterator, Optional
 
 import requests
 
-from . import __version__, answers, keys
-from .deadlines import Deadline, guarded_session
-from .errors import Answer, CacheClientError, describe_failure, excerpt
+from .. import answers, keys
+from ..errors import Answer, CacheClientError, describe_failure, excerpt
+from .deadlines import Deadline
+from .session import new_session, read_bounded
 
 log = logging.getLogger("cachesvc_client.remote_cache")
 
@@ -39,6 +41,8 @@ SHA256_HEADER = "X-Cachesvc-Sha256"
 #: the largest value taken from the service (its own default limit on a PUT)
 MAX_VALUE = 64 << 20
 _ERROR_BODY = 64 << 10
+#: connections per host of a remote-cache session (compiles in one process are few at a time)
+SESSION_POOL = 16
 
 
 @dataclasses.dataclass
@@ -60,7 +64,7 @@ class HTTPBackend:
     Thread-safe. Never raises from ``get`` or ``put``.
     """
 
-    def __init__(self, url: str, cache: str, env: Dict[str, str], token: Optional[str] = None,
+    def __init__(self, url: str, cache: str, env: Dict[str, str], *, token: Optional[str] = None,
                  timeout: float = 5.0, cooldown: float = 30.0, session: Optional[requests.Session] = None,
                  max_bytes: int = MAX_VALUE):
         self.base = f"{url.rstrip('/')}/api/v1/remote-cache/{keys.check_cache_name(cache)}/"
@@ -69,7 +73,7 @@ class HTTPBackend:
         self.total = timeout
         self.timeout = (min(2.0, timeout), timeout)  # (connect, read); self.total bounds the whole request
         self.cooldown, self.max_bytes = cooldown, max_bytes
-        self.session = session or new_session(token)
+        self.session = session or new_session(SESSION_POOL, token)
         self.stats = BackendStats()
         self._quiet_until = 0.0
         self._can_put = True
@@ -94,7 +98,7 @@ class HTTPBackend:
                 try:
                     value = resp.status_code == 200 and resp.headers.get("Content-Type", "").startswith(
                         "application/octet-stream")
-                    body = _read(resp, self.max_bytes) if value else None
+                    body = read_bounded(resp, self.max_bytes) if value else None
                     problem = None if value or resp.status_code == 404 else _problem(resp)
                 finally:
                     resp.close()
@@ -198,32 +202,12 @@ class HTTPBackend:
         log.log(logging.WARNING if first else logging.DEBUG, msg, *args)
 
 
-def _read(resp: requests.Response, limit: int) -> Optional[bytes]:
-    """The body, or None when it is longer than ``limit`` (read no further than that)."""
-    declared = resp.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    chunks, size = [], 0
-    for chunk in resp.iter_content(1 << 20):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _problem(resp: requests.Response) -> str:
     answer = Answer(resp.request.method, resp.url, resp.status_code, resp.reason, resp.headers,
-                    _read(resp, _ERROR_BODY) or b"")
+                    read_bounded(resp, _ERROR_BODY) or b"")
     try:
         code, message, _ = answers.error_fields(answer.json())
         return f"{resp.status_code} {code}: {message}"
     except ValueError:  # not our JSON: a proxy, a wrong URL
         return f"{resp.status_code} {excerpt(answer)}"
 
-
-def new_session(token: Optional[str]) -> requests.Session:
-    session = guarded_session(16, f"cachesvc-client/{__version__}")
-    if token:
-        session.headers["Authorization"] = f"Bearer {token}"
-    return session

@@ -1,4 +1,4 @@
-"""Downloading: one blob, or one run of a pack, from the service or storage into a temp file.
+"""Fetching one blob, or one pack member, into a verified temp file beside its target.
 
 Downloads stream into a temp file in the target's own folder, hashing the
 decoded bytes as they arrive; only a file whose sha256 matches is handed
@@ -7,10 +7,8 @@ file is removed on every failure, before the failure is reported.
 
 Everything received is untrusted: stored bytes are read up to what their
 size allows and decoded with the bound of ``decoding`` (a bomb is refused
-at its declared size plus one byte), error bodies up to 64 KiB, and every
-request is cut off at the restore's ``Deadline`` whatever the server does
-(``deadlines``). The bytes are taken as stored (``decode_content=False``):
-a ``Content-Encoding`` set on a stored object is never decoded for us.
+at its declared size plus one byte); the GET itself, its bounds and its
+deadline are ``transport.blobs``'.
 
 Large zstd blobs (``PIPELINE_MIN`` and up) whose stored bytes the service
 vouches for (``stored_sha256``: the service decoded those very bytes and
@@ -27,23 +25,20 @@ import os
 import queue
 import tempfile
 import threading
-from typing import BinaryIO, Callable, Optional, Tuple
+from typing import BinaryIO, Callable, Optional
 
-import requests
-import urllib3
-
-from . import __version__, decoding, frames
-from .deadlines import Deadline, guard_pools
-from .errors import Answer, IntegrityError, ServiceUnavailable, describe_failure, raise_for_response
-from .transfer import CHUNK, file_sha256
+from .. import decoding, frames
+from ..encoding import CHUNK, file_sha256
+from ..errors import IntegrityError
+from ..transport import blobs
+from ..transport.deadlines import Deadline
+from ..transport.session import Transport
 
 #: blobs at least this large (decoded) are hashed and written in a second thread
 PIPELINE_MIN = 8 << 20
 #: large blobs are decoded into this many reused buffers of this size
 LARGE_BUFFERS = 6
 LARGE_BUFFER = 4 << 20
-#: an error answer is read up to this many bytes
-ERROR_BODY = 64 << 10
 
 
 class _HashingWriter:
@@ -125,63 +120,7 @@ class _HashingWriter:
             raise self._error
 
 
-
-
-_POOLS: dict = {}
-_POOL_LOCK = threading.Lock()
-
-
-def _pool(url: str) -> urllib3.PoolManager:
-    """The urllib3 pool for blob GETs to ``url`` (thread-safe, one per proxy setting; guarded: ``deadlines``).
-
-    Blob downloads bypass requests.Session: its per-request work (settings
-    merge, hooks, cookies, prepare) cost ~0.8 ms of CPU per GET against
-    ~0.3 ms for urllib3 alone, which is most of a restore of thousands of
-    small files on a small machine. What requests would take from the
-    environment is kept: proxies (HTTP(S)_PROXY, NO_PROXY) and the CA bundle
-    (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, else certifi's).
-    """
-    proxy = requests.utils.get_environ_proxies(url).get(url.split(":", 1)[0])
-    pool = _POOLS.get(proxy)
-    if pool is None:
-        with _POOL_LOCK:
-            pool = _POOLS.get(proxy)
-            if pool is None:
-                kw = dict(num_pools=16, maxsize=32, retries=False, cert_reqs="CERT_REQUIRED",
-                          ca_certs=(os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-                                    or requests.certs.where()),
-                          headers={"User-Agent": f"cachesvc-client/{__version__}"})
-                pool = guard_pools(urllib3.ProxyManager(proxy, **kw) if proxy else urllib3.PoolManager(**kw))
-                _POOLS[proxy] = pool
-    return pool
-
-
-def _get(url: str, headers: dict, stall_timeout: float, deadline: Optional[Deadline], what: str,
-         consume: Callable[[urllib3.BaseHTTPResponse], object]) -> object:
-    """GET ``url`` and return ``consume(response)`` for a 2xx; the connection goes back to its pool only
-    when the body was read to its end. Raises ServiceUnavailable (transfer failed or stalled for
-    ``stall_timeout``), the CacheClientError of an error answer, and what ``consume`` raises."""
-    resp = None
-    with deadline.guard() if deadline is not None else contextlib.nullcontext():
-        try:
-            wait = stall_timeout if deadline is None else max(0.05, min(stall_timeout, deadline.left()))
-            resp = _pool(url).request("GET", url, headers=headers, preload_content=False, decode_content=False,
-                                      retries=False, timeout=urllib3.Timeout(connect=min(10.0, wait), read=wait))
-            if resp.status >= 400:
-                raise_for_response(Answer("GET", url, resp.status, resp.reason, resp.headers, resp.read(ERROR_BODY)))
-            out = consume(resp)
-            if resp.closed:
-                resp.release_conn()
-                resp = None
-            return out
-        except urllib3.exceptions.HTTPError as exc:
-            raise ServiceUnavailable(f"{what}: transfer failed: {describe_failure(exc)}") from None
-        finally:
-            if resp is not None:
-                resp.close()  # not read to its end, or an error mid-body: this connection must not be reused
-
-
-def _cleanup(tmp: str, exc: BaseException, deadline: Optional[Deadline], what: str) -> None:
+def _cleanup(tmp: str, exc: BaseException, *, deadline: Optional[Deadline], what: str) -> None:
     """After a failed download: the temp file goes first; then, for a transfer cut off at the deadline,
     say so (whatever the cut-off read raised)."""
     with contextlib.suppress(FileNotFoundError):
@@ -190,15 +129,17 @@ def _cleanup(tmp: str, exc: BaseException, deadline: Optional[Deadline], what: s
         deadline.check(what)
 
 
-def download(url: str, headers: dict, encoding: str, digest: str, size: int, dest_dir: str, stall_timeout: float,
-             on_bytes: Callable[[int], None], deadline: Optional[Deadline] = None,
-             stored_sha256: Optional[str] = None) -> str:
+def download(transport: Transport, url: str, headers: dict, *, encoding: str, digest: str, size: int,
+             dest_dir: str, stall_timeout: float, on_bytes: Callable[[int], None],
+             deadline: Optional[Deadline] = None, stored_sha256: Optional[str] = None,
+             decoders: Optional[decoding.Decoders] = None) -> str:
     """Fetch a blob into a new temp file in ``dest_dir`` and return its path.
 
     ``stored_sha256``: the sha256 of the stored (encoded) bytes, as the
     service recorded it after checking that they decode to ``digest``; for a
     large zstd blob the stored bytes are hashed instead of the decoded ones,
     and the decoded file is hashed only when that does not match.
+    ``decoders``: the restore's decoder pool, for blobs published as frames.
 
     Raises IntegrityError when the bytes do not decode to ``size`` bytes
     hashing to ``digest`` (``decoding.Oversize`` past ``size``),
@@ -214,8 +155,10 @@ def download(url: str, headers: dict, encoding: str, digest: str, size: int, des
         with os.fdopen(fd, "wb") as out:
             sink = _HashingWriter(out, threaded=size >= PIPELINE_MIN, hash_decoded=stored_sha is None)
             try:
-                _get(url, headers, stall_timeout, deadline, what,
-                     lambda resp: _decode(resp, sink, encoding, size, what, on_bytes, stored_sha))
+                blobs.get(transport, url, headers, stall_timeout=stall_timeout, deadline=deadline, what=what,
+                          consume=lambda resp: _decode(resp, sink, encoding, size=size, what=what,
+                                                       on_bytes=on_bytes, stored_sha=stored_sha,
+                                                       decoders=decoders))
             finally:
                 sink.close()
         if stored_sha is not None and stored_sha.hexdigest() == stored_sha256:
@@ -225,9 +168,8 @@ def download(url: str, headers: dict, encoding: str, digest: str, size: int, des
             raise IntegrityError(f"{what}: its {size} bytes hash to {got[:12]}, expected {digest[:12]}")
         return tmp
     except BaseException as exc:
-        _cleanup(tmp, exc, deadline, what)
+        _cleanup(tmp, exc, deadline=deadline, what=what)
         raise
-
 
 class _Prefixed:
     """A readable that first hands out ``head``, then reads ``raw``."""
@@ -247,32 +189,34 @@ class _Prefixed:
         return len(data)
 
 
-def _decode(resp, sink: _HashingWriter, encoding: str, size: int, what: str, on_bytes: Callable[[int], None],
-            stored_sha=None) -> None:
+def _decode(resp, sink: _HashingWriter, encoding: str, *, size: int, what: str, on_bytes: Callable[[int], None],
+            stored_sha=None, decoders: Optional[decoding.Decoders] = None) -> None:
     """Stream the stored bytes of ``resp`` through the bounded decoder into ``sink``.
 
     Large blobs decode into a few reused buffers (fresh multi-MB allocations for every chunk cost a
     page fault per 4 KiB in a new process: a third of a 150 MB restore), or frame-parallel when they
     were published as several small frames; small ones into one buffer, inline."""
-    src = decoding.Limited(resp, decoding.stored_limit(encoding, size), what, on_bytes, stored_sha)
+    src = decoding.Limited(resp, decoding.stored_limit(encoding, size), what, on_bytes=on_bytes, sha=stored_sha)
     try:
         if not sink.threaded:
-            decoding.decode_into(src, encoding, size, what, sink.write, decoding.single_buffer(size))
+            decoding.decode_into(src, encoding, size, what=what, emit=sink.write, buffers=decoding.single_buffer(size))
             return
         if encoding == "zstd":
             head = src.read(18)  # the longest zstd frame header: enough to read the first frame's size
             if frames.parallel_ok(head):
-                _decode_frames(src, head, sink, size, what)
+                _decode_frames(src, head, sink, size=size, what=what, decoders=decoders)
                 return
             src = _Prefixed(head, src)
-        decoding.decode_into(src, encoding, size, what, sink.write, decoding.buffers(LARGE_BUFFERS, LARGE_BUFFER))
+        decoding.decode_into(src, encoding, size, what=what, emit=sink.write,
+                             buffers=decoding.buffers(LARGE_BUFFERS, LARGE_BUFFER))
     except frames.FrameError as exc:
         raise IntegrityError(f"{what}: bad zstd data: {exc}") from None
 
 
-def _decode_frames(src, head: bytes, sink: _HashingWriter, size: int, what: str) -> None:
+def _decode_frames(src, head: bytes, sink: _HashingWriter, *, size: int, what: str,
+                   decoders: Optional[decoding.Decoders]) -> None:
     """Decode a stream of small independent frames on the shared decoder pool (``frames``)."""
-    dec = frames.ParallelDecoder(sink.write, limit=size, what=what)
+    dec = frames.ParallelDecoder(sink.write, limit=size, what=what, decoders=decoders)
     try:
         dec.feed(head)
         while True:
@@ -286,83 +230,12 @@ def _decode_frames(src, head: bytes, sink: _HashingWriter, size: int, what: str)
     if dec.declared != size:
         raise IntegrityError(f"{what}: its zstd frames decode to {dec.declared} bytes, expected {size}")
 
-
-def fetch_bytes(url: str, headers: dict, byte_range: Optional[Tuple[int, int]], stall_timeout: float,
-                on_bytes: Callable[[int], None], deadline: Optional[Deadline] = None, what: str = "pack",
-                pack_size: Optional[int] = None) -> Tuple[bytes, int]:
-    """GET ``url`` (a pack), the bytes ``[start, end)`` of ``byte_range`` or all of its ``pack_size`` bytes;
-    return (data, the offset in the object where ``data`` starts). A server that ignores ``Range`` (200) is
-    fine: the bytes before the range are skipped, those after it never read. Never reads more than the range
-    (or ``pack_size``) into memory. Raises ServiceUnavailable (transfer failed, stalled, cut off at
-    ``deadline``), IntegrityError (fewer bytes than asked for; more: ``decoding.Oversize``), another
-    CacheClientError for an error answer."""
-    if byte_range is not None:
-        headers = {**headers, "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
-    try:
-        return _get(url, headers, stall_timeout, deadline, what,
-                    lambda resp: _read_run(resp, byte_range, pack_size, on_bytes, what))
-    except Exception:
-        if deadline is not None:
-            deadline.check(what)
-        raise
-
-
-def _read_run(resp, byte_range: Optional[Tuple[int, int]], pack_size: Optional[int],
-              on_bytes: Callable[[int], None], what: str) -> Tuple[bytes, int]:
-    content_range = resp.headers.get("Content-Range")
-    # Where the bytes start: Content-Range says (some S3 servers send it with a 200), else a 206 is the
-    # range asked for, else the server ignored Range and sent it all.
-    base = _range_start(content_range) if content_range else (
-        byte_range[0] if byte_range is not None and resp.status == 206 else 0)
-    start, end = byte_range if byte_range is not None else (0, pack_size)
-    if end is None:
-        raise IntegrityError(f"{what}: its size is unknown; fetch it by ranges")
-    if base > start:
-        raise IntegrityError(f"{what}: the answer starts at byte {base}, after the wanted {start}")
-    src = decoding.Limited(resp, end - base, what, on_bytes)
-    _skip(src, start - base)  # a server that ignored Range: skip to the run
-    data = _read_exactly(src, end - start)
-    if len(data) < end - start:
-        raise IntegrityError(f"{what}: got {len(data)} bytes from offset {start}, wanted up to {end}")
-    if byte_range is None or resp.status == 206:
-        src.read(1)  # the answer should end here; one byte more is Oversize
-    return data, start
-
-
-def _skip(src, n: int) -> None:
-    while n > 0:
-        got = len(src.read(min(n, CHUNK)))
-        if not got:
-            return
-        n -= got
-
-
-def _read_exactly(src, n: int) -> bytes:
-    """Up to ``n`` bytes from ``src`` (fewer at its end)."""
-    out = bytearray(n)
-    view, got = memoryview(out), 0
-    while got < n:
-        k = src.readinto(view[got:got + CHUNK])
-        if not k:
-            break
-        got += k
-    del view
-    return bytes(out) if got == n else bytes(out[:got])
-
-
-def _range_start(content_range: str) -> int:
-    """The first byte's offset from a ``Content-Range: bytes <first>-<last>/<size>`` header."""
-    try:
-        return int(content_range.split()[1].split("-")[0])
-    except (IndexError, ValueError):
-        raise IntegrityError(f"unreadable Content-Range {content_range!r}") from None
-
-
-def write_member(data, encoding: str, digest: str, size: int, dest_dir: str) -> str:
+def write_member(data, *, encoding: str, digest: str, size: int, dest_dir: str,
+                 decoders: Optional[decoding.Decoders] = None) -> str:
     """Decode one pack member's stored bytes (bounded by ``size``), check its sha256, and write it to a new
     temp file in ``dest_dir``; return its path. Raises IntegrityError (nothing left behind), OSError."""
     what = f"blob {digest[:12]} (in its pack)"
-    raw = decoding.decode_bytes(data, encoding, size, what)
+    raw = decoding.decode_bytes(data, encoding, size, what=what, decoders=decoders)
     got = hashlib.sha256(raw).hexdigest()
     if got != digest:
         raise IntegrityError(f"{what}: decodes to {size} bytes hashing to {got[:12]}, expected {digest[:12]}")

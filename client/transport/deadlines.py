@@ -4,8 +4,8 @@ A read timeout bounds one silent wait, not a request: a server that sends a
 byte a second (headers or body) never trips it, and a restore waiting on it
 would hold a container start for ever. A ``Deadline`` bounds the whole
 request. Inside ``with deadline.guard():`` every socket the calling thread
-opens or reuses through a guarded pool (``guard_pools``; the blob pool and
-the API session use them) is registered; when the deadline passes, one
+opens or reuses through a guarded pool (``guard_pools``; every session and
+blob pool of ``session`` uses them) is registered; when the deadline passes, one
 watchdog thread for the whole process shuts those sockets down under the
 threads reading them, which then fail at once (the caller says why:
 ``Deadline.check``). Sockets leave the registry when the guard exits, so a
@@ -13,6 +13,12 @@ connection back in its pool is never cut.
 
 Costs: a thread-local lookup per request and a heap push per deadline; no
 thread or timer per request (a timer per blob cost as much as a small GET).
+
+Module state, and why: the watchdog (``_WATCHDOG``) is one thread for the
+process, and the deadlines guarding a thread (``_LOCAL``) are found by the
+connection itself, because requests and urllib3 give no way to hand a
+deadline down to the socket a request will use. Both are registries that
+``Deadline`` objects enter and leave; nothing else keeps state here.
 """
 from __future__ import annotations
 
@@ -25,13 +31,12 @@ import threading
 import time
 from typing import Iterator, List, Optional
 
-import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from .errors import ServiceUnavailable
+from ..errors import ServiceUnavailable
 
 log = logging.getLogger("cachesvc_client")
 
@@ -223,12 +228,3 @@ class GuardedAdapter(HTTPAdapter):
     def proxy_manager_for(self, proxy, **proxy_kwargs):
         return guard_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
 
-
-def guarded_session(pool: int, user_agent: str) -> requests.Session:
-    """A requests.Session of guarded connections (``pool`` per host), no retries of its own."""
-    session = requests.Session()
-    adapter = GuardedAdapter(pool_connections=pool, pool_maxsize=pool, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    session.headers["User-Agent"] = user_agent
-    return session

@@ -1,8 +1,9 @@
-"""Moving one blob's bytes at publish: read, check and compress (``encode``), upload; and hashing files.
+"""A blob's file and its stored encoding: hashing files, and choosing identity or zstd at publish (``encode``).
 
-Uploads re-hash what they read, so a file that changed after the manifest was
-made is caught before the version is committed. Downloads (restore) are
-``cachesvc_client.download``.
+``encode`` re-hashes what it reads, so a file that changed after the manifest
+was made is caught before the version is committed. The upload itself is
+``transport.blobs.upload``; decoding at restore is ``decoding`` (bounded) and
+``restore.download``.
 """
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ import stat
 import tempfile
 from typing import BinaryIO, Tuple
 
-import requests
 import zstandard
 
 from . import frames
-from .errors import IntegrityError, ServiceUnavailable, raise_for_response
+from .errors import IntegrityError
 
 CHUNK = 1 << 20
 #: keep zstd only when it saves at least this fraction of the bytes
@@ -73,22 +73,6 @@ def encode(path: str, digest: str) -> Tuple[str, BinaryIO, int]:
     return "identity", open(path, "rb"), size
 
 
-def upload(session: requests.Session, target: dict, headers: dict, body: BinaryIO, length: int,
-           timeout: float) -> None:
-    """PUT ``body`` to an upload target from the service. Raises CacheClientError subclasses."""
-    try:
-        resp = session.request(target.get("method", "PUT"), target["url"], data=body,
-                               headers={**target.get("headers", {}), **headers, "Content-Length": str(length)},
-                               timeout=(min(10.0, timeout), timeout))
-    except (requests.ConnectionError, requests.Timeout) as exc:
-        raise ServiceUnavailable(f"upload to {target['url'].split('?')[0]} failed: {exc}") from None
-    if resp.status_code >= 400 and "X-Amz-Signature" in target["url"]:
-        # S3 answers XML, not our JSON error shape.
-        raise ServiceUnavailable(f"storage refused the upload: {resp.status_code} {resp.text[:300]}",
-                                 status=resp.status_code)
-    raise_for_response(resp)
-
-
 def same_file(path: str, size: int, digest: str) -> bool:
     """True when ``path`` is a regular file with this size and sha256."""
     try:
@@ -97,10 +81,4 @@ def same_file(path: str, size: int, digest: str) -> bool:
         return False
     if not stat.S_ISREG(st.st_mode) or st.st_size != size:
         return False
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            sha.update(chunk)
-    return sha.hexdigest() == digest
-
-
+    return file_sha256(path) == digest

@@ -1,4 +1,4 @@
-"""Talking to the service: one requests.Session, auth, deadlines, bounded answers, error mapping.
+"""Talking to the service's JSON API: auth, retries until the deadline, bounded answers, error mapping.
 
 Every call has a deadline, held whatever the server does (``deadlines``: a
 server that trickles its headers or its body is cut off at it). A service
@@ -18,18 +18,15 @@ from typing import Any, Callable, Dict, Optional, Sequence
 from urllib.parse import urljoin, urlsplit
 
 import requests
-import urllib3
 
-from . import __version__, answers
-from .deadlines import Deadline, guarded_session
-from .errors import (Answer, CacheClientError, MalformedAnswer, ServiceUnavailable, describe_failure, excerpt,
-                     raise_for_response, where)
+from .. import answers
+from ..errors import (Answer, CacheClientError, MalformedAnswer, ServiceUnavailable, describe_failure, excerpt,
+                      raise_for_response, where)
+from .deadlines import Deadline
+from .session import CONNECT_TIMEOUT, Transport, connect_failed, read_bounded
 
-#: seconds all attempts to connect to the service may take before it counts as down
-CONNECT_TIMEOUT = 1.5
 #: the largest answer read (a resolve of the service's largest manifest is far smaller)
 MAX_ANSWER = 256 << 20
-_CHUNK = 1 << 20
 
 
 def check_url(url: str) -> str:
@@ -59,34 +56,22 @@ def _problem(answer: Answer) -> str:
     return f"{answer.method} {where(answer.url)} -> {answer.status_code}"
 
 
-def _connect_failed(exc: BaseException) -> bool:
-    """True when ``exc`` (from requests) means no connection was made: refused, unreachable, DNS, connect timeout."""
-    if isinstance(exc, requests.ConnectTimeout):
-        return True
-    seen, cur = set(), exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)):
-            return True
-        reason = getattr(cur, "reason", None)
-        cur = reason if isinstance(reason, BaseException) else (
-            cur.args[0] if cur.args and isinstance(cur.args[0], BaseException) else cur.__context__)
-    return False
-
-
 class ServiceAPI:
     """Thread-safe (requests.Session with a pooled adapter) client of the cachesvc HTTP API.
 
     ``timeout``: the default deadline of one call, in seconds. ``connect_timeout``: how long all
     attempts to connect may take before the service counts as down (see the module docstring).
+    ``transport``: the connections (default: a new ``Transport`` of ``pool`` per host); blob
+    transfers to the service and its storage go through ``transport.blob_pool``.
     """
 
-    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 30.0, pool: int = 32, *,
-                 connect_timeout: float = CONNECT_TIMEOUT):
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 30.0, *, pool: int = 32,
+                 connect_timeout: float = CONNECT_TIMEOUT, transport: Optional[Transport] = None):
         self.base = check_url(url)
         self.token = token
         self.timeout, self.connect_timeout = timeout, connect_timeout
-        self.session = guarded_session(pool, f"cachesvc-client/{__version__}")
+        self.transport = transport or Transport(pool)
+        self.session = self.transport.session
 
     # -- plumbing -----------------------------------------------------------
     def absolute(self, url: str) -> str:
@@ -119,8 +104,8 @@ class ServiceAPI:
                 connect_left = self.connect_timeout - (attempt - (connecting_since or attempt))
                 try:
                     with limit.guard():
-                        answer = self._send(method, url, headers, (max(0.05, min(connect_left, limit.left())),
-                                                                   max(0.05, limit.left())), kw)
+                        timeout = (max(0.05, min(connect_left, limit.left())), max(0.05, limit.left()))
+                        answer = self._send(method, url, headers, timeout=timeout, kw=kw)
                     limit.check(late)  # cut off: what arrived may look whole (headers ended by the cut)
                     if answer.status_code not in (502, 503, 504):
                         return self._parsed(answer, check)
@@ -128,7 +113,7 @@ class ServiceAPI:
                 except requests.RequestException as exc:
                     limit.check(late)
                     problem = f"{method} {where(url)}: {describe_failure(exc)}"
-                    if _connect_failed(exc):
+                    if connect_failed(exc):
                         connecting_since = connecting_since or attempt
                         if time.monotonic() - connecting_since + delay >= self.connect_timeout:
                             raise ServiceUnavailable(
@@ -142,20 +127,17 @@ class ServiceAPI:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    def _send(self, method: str, url: str, headers: dict, timeout: tuple, kw: dict) -> Answer:
+    def _send(self, method: str, url: str, headers: dict, *, timeout: tuple, kw: dict) -> Answer:
         """One request; its body read up to MAX_ANSWER bytes (MalformedAnswer beyond)."""
         resp = self.session.request(method, url, headers=headers, timeout=timeout, stream=True, **kw)
         try:
-            body, size = [], 0
-            for chunk in resp.iter_content(_CHUNK):
-                size += len(chunk)
-                if size > MAX_ANSWER:
-                    raise MalformedAnswer(f"{method} {where(url)}: the answer runs past {MAX_ANSWER} bytes",
-                                          status=resp.status_code)
-                body.append(chunk)
+            body = read_bounded(resp, MAX_ANSWER)
         finally:
             resp.close()
-        return Answer(method, resp.url, resp.status_code, resp.reason, resp.headers, b"".join(body))
+        if body is None:
+            raise MalformedAnswer(f"{method} {where(url)}: the answer runs past {MAX_ANSWER} bytes",
+                                  status=resp.status_code)
+        return Answer(method, resp.url, resp.status_code, resp.reason, resp.headers, body)
 
     @staticmethod
     def _parsed(answer: Answer, check: Optional[Callable[[Any], Any]]) -> Any:
@@ -170,7 +152,7 @@ class ServiceAPI:
                                   "is the URL a cachesvc service?", status=answer.status_code) from None
 
     # -- endpoints ----------------------------------------------------------
-    def resolve(self, key: dict, deadline: Optional[float] = None, fallbacks: Sequence[str] = (),
+    def resolve(self, key: dict, deadline: Optional[float] = None, *, fallbacks: Sequence[str] = (),
                 fallback_max_bytes: Optional[int] = None, kind: str = "inductor-dir") -> dict:
         """The checked resolve answer (``answers.resolve``)."""
         params = {"name": key["name"], "shape": key["shape"],

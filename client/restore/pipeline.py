@@ -1,0 +1,82 @@
+"""The restore of any kind, as three steps: plan -> fetch -> place.
+
+    run(api, key, kind=, accept=, ...)       resolve; on a hit, ``accept`` makes the kind's Plan; then
+                                             fetch_into under the Plan's lock; returns (report, plan)
+    fetch_into(api, report, plan, blobs=)    plan the targets, fetch and place them, record the stamp
+
+Every kind goes through here: the directory snapshot (``snapshot.restore``)
+and the one-file kinds (``cachesvc_client.artifacts.fetch``) differ only in
+their ``accept`` (which files, which folders) and in what they call a hit.
+The whole of it, resolve and the wait for another rank's lock included, runs
+under one ``Deadline`` (the budget).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+from ..report import RestoreReport
+from ..transport.api import ServiceAPI
+from ..transport.deadlines import Deadline
+from .fetch import Fetcher
+from .place import Stamp, locked, sweep_temps
+from .plan import Plan, targets
+
+log = logging.getLogger("cachesvc_client")
+
+#: a kind's step from a hit's answer to its plan: fills the report from the answer, returns the Plan
+Accept = Callable[[RestoreReport, dict], Plan]
+
+
+def run(api: ServiceAPI, key: dict, *, kind: str, accept: Accept, workers: int, timeout: float,
+        stall_timeout: float, budget: Optional[float], fallbacks: Sequence[str] = (),
+        fallback_max_bytes: Optional[int] = None) -> Tuple[RestoreReport, Optional[Plan]]:
+    """Resolve ``key`` (a version of ``kind``) and restore what the answer lists; (report, its plan: None on a miss).
+
+    ``budget``: seconds the whole restore may take (None: no limit beyond the timeouts); ``timeout``
+    bounds the resolve. The report's ``hit`` is left to the caller (each kind has its rule). Raises
+    CacheClientError subclasses on service or storage trouble (MalformedAnswer for an answer that breaks
+    its shape); no temp file of this restore remains when it returns, by any path.
+    """
+    start = time.monotonic()
+    report = RestoreReport.for_key(key, started_at=time.time(), kind=kind)
+    plan = None
+    with Deadline(None if budget is None else start + budget) as deadline:
+        answer = api.resolve(key, deadline=deadline.bound(timeout), fallbacks=fallbacks,
+                             fallback_max_bytes=fallback_max_bytes, kind=kind)
+        if not answer["hit"]:
+            report.reason, report.nearest = answer["reason"], answer["nearest"]
+        else:
+            plan = accept(report, answer)
+            with locked(plan.lock, deadline):
+                fetch_into(api, report, plan, blobs=answer["blobs"], workers=workers, stall_timeout=stall_timeout,
+                           deadline=deadline)
+    report.seconds = time.monotonic() - start
+    return report, plan
+
+
+def fetch_into(api: ServiceAPI, report: RestoreReport, plan: Plan, *, blobs: Dict[str, dict], workers: int,
+               stall_timeout: float, deadline: Deadline) -> None:
+    """Bring ``plan``'s files into their folders (files present with the right content stay), counting into
+    ``report``; record what was placed in the plan's stamp. Call it holding the plan's lock."""
+    stamp = Stamp(plan.state_dir)
+    stamp_id = report.version_id if len(report.versions) == 1 else "+".join(map(str, report.versions))
+    wanted, placed = targets(report, plan, blobs, known=stamp.load(stamp_id))
+    swept = sweep_temps({os.path.dirname(t) for t in placed.values()})
+    if swept:
+        log.info("removed %d temp file(s) left by an interrupted restore", swept)
+    fetcher = Fetcher(api, blobs, wanted, stall_timeout=stall_timeout, deadline=deadline)
+    missing = set()
+    for digest, problem in fetcher.fetch_all(report.name, workers).items():
+        where = wanted[digest]
+        if problem is None:
+            report.files += len(where)
+            report.bytes += blobs[digest]["stored_size"]
+            report.bytes_written += blobs[digest]["size"] * len(where)
+        else:
+            for t, _ in where:
+                report.failed.append(f"{t}: {problem}")
+                missing.add(t)
+    stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing}, report.stamp_record())

@@ -156,7 +156,7 @@ def error_fields(doc: Any) -> tuple:
 # -- resolve ---------------------------------------------------------------------------------------
 
 def resolve(doc: Any) -> Dict[str, Any]:
-    """A checked resolve answer (see ``cachesvc.resolving.resolve``). A miss: ``{"hit": False, "reason",
+    """A checked resolve answer (see ``cachesvc.resolve.resolver.resolve``). A miss: ``{"hit": False, "reason",
     "nearest"}``. A hit: ``{"hit": True, "files", "blobs", "version": {"id", "meta"}, "entry": {"id"},
     "reason", "fallback"}`` (``fallback``: None, or ``{"step", "versions", "entries"}``).
 

@@ -239,7 +239,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
             meta: Optional[Dict[str, str]] = None) -> PublishReport:
     """Snapshot ``roots`` and publish them under ``key`` as one version of ``kind``; ``meta`` adds to the
     version's metadata. With ``merge`` the service unions the manifest with the key's newest version
-    (``cachesvc.merging``), so publishers that restored it converge."""
+    (``cachesvc.publish.merging``), so publishers that restored it converge."""
     start = time.monotonic()
     wanted = roots
     roots = [r for r in roots if os.path.isdir(r.path)]

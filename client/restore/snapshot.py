@@ -33,7 +33,7 @@ State kept in ``<inductor root>/.cachesvc/``: ``restore.lock`` and
 a later restore of the same version skips re-hashing them; which versions
 they came from, for ``client.verify()``).
 
-A fallback restore (``fallbacks=``, see ``cachesvc.fallback``) may list one
+A fallback restore (``fallbacks=``, see ``cachesvc.resolve.fallback``) may list one
 path twice when it unions several versions: the same content is placed
 once; different content: the first listed wins and the report says so.
 """

@@ -10,7 +10,7 @@ from flask_smorest import Api
 
 from . import __version__, auth, config, errors
 from .db import Database
-from .resolve.hits import HitLog
+from .resolve import HitLog
 from .storage import Storage, from_url
 from .ttlcache import TTLCache
 
@@ -43,6 +43,31 @@ def build_services(settings: dict) -> Services:
                     tokens=TTLCache(settings["TOKEN_CACHE_SECONDS"]))
 
 
+def _install_api(app: Flask) -> None:
+    """The request hooks (metrics, UTF-8 query strings, auth, JSON bodies) and the API's blueprints."""
+    from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
+                      verdicts, versions)
+    from .api import remote_cache as remote_cache_api
+    from .api import require_json_body, require_utf8_query
+    from .metrics import Metrics
+    from .schemas import ErrorSchema
+
+    metrics = Metrics()
+    app.extensions["cachesvc_metrics"] = metrics
+    metrics.install(app)
+    app.before_request(require_utf8_query)  # before anything reads request.args
+    app.before_request(auth.check_request)  # before any view parses its arguments or body
+    app.before_request(require_json_body)
+
+    class _Api(Api):
+        ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
+
+    api = _Api(app)
+    for module in (versions, blobs, packs_api, resolve, verdicts, entries, stats, admin, health, metrics_api,
+                   remote_cache_api):
+        api.register_blueprint(module.blp)
+
+
 def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     """Build the WSGI app. ``overrides`` win over ``CACHESVC_*`` environment variables.
 
@@ -71,33 +96,12 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     )
     app.extensions["cachesvc"] = build_services(settings)
 
-    from .browse import pages as web
-    from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
-                      verdicts, versions)
-    from .api import remote_cache as remote_cache_api
-    from .api import require_json_body, require_utf8_query
-    from .metrics import Metrics
-    from .schemas import ErrorSchema
+    _install_api(app)
+    from . import browse
 
-    metrics = Metrics()
-    app.extensions["cachesvc_metrics"] = metrics
-    metrics.install(app)
-    app.before_request(require_utf8_query)  # before anything reads request.args
-    app.before_request(auth.check_request)  # before any view parses its arguments or body
-    app.before_request(require_json_body)
-    class _Api(Api):
-        ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
-
-    api = _Api(app)
-    for module in (versions, blobs, packs_api, resolve, verdicts, entries, stats, admin, health, metrics_api, remote_cache_api):
-        api.register_blueprint(module.blp)
-    from .browse import signin, admin_pages as web_admin
-
-    signin.install(app, settings)
-    for page_bp in (web.bp, signin.bp, web_admin.bp):  # auth.PAGE_BLUEPRINTS
-        app.register_blueprint(page_bp)
+    browse.register_pages(app, settings)
     app.register_blueprint(docs.bp)
-    from .lifecycle.scheduler import Scheduler
+    from .lifecycle import Scheduler
 
     sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])
     app.before_request(sched.ensure_started)  # in the serving process, never before a fork

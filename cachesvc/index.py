@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session, aliased
 
 from cachesvc_client import keys
 
-from .resolve import verdicts
 from .errors import InvalidRequest, NotFound
 from .models import MAX_ID, Blob, Entry, Event, Pack, Version, VersionFile
 
@@ -236,7 +235,7 @@ def version_summary(v: Version) -> dict:
         "verify_count": v.verify_count,
         "no_hit_count": v.no_hit_count,
         "last_verdict": v.last_verdict,
-        "problem": verdicts.is_problem(v),
+        "problem": v.problem,
     }
 
 

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .browse import stats
+from . import browse
 
 
 class _DatabaseCollector:
@@ -35,7 +35,7 @@ class _DatabaseCollector:
     def collect(self):
         svc = self.app.extensions["cachesvc"]
         with svc.db.session() as s:
-            t = stats.totals(s)
+            t = browse.totals(s)
         for name, key, doc in (("entries", "entries", "Entries with a committed version"),
                                ("versions", "versions", "Committed versions"),
                                ("blobs", "blobs", "Blobs in storage"),

@@ -19,6 +19,7 @@ import datetime as dt
 from typing import Any, Dict, List, Optional
 
 from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, JSON, String, Text, UniqueConstraint
+from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -103,6 +104,12 @@ class Version(Base):
     entry: Mapped[Entry] = relationship(back_populates="versions")
     files: Mapped[List["VersionFile"]] = relationship(cascade="all, delete-orphan", passive_deletes=True,
                                                       order_by="(VersionFile.root, VersionFile.path)")
+
+    @hybrid_property
+    def problem(self) -> bool:
+        """Its restores deliver files but nothing hits: the last (trusted) verdict was ``no_hits``
+        (``cachesvc.resolve.verdicts``). In a query too: ``select(Version).where(Version.problem)``."""
+        return self.last_verdict == "no_hits"
 
 
 class VersionFile(Base):

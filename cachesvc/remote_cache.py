@@ -49,7 +49,7 @@ from sqlalchemy.orm import Session
 from cachesvc_client import keys
 
 from .storage import blobs, decoding, packs
-from .lifecycle import collect
+from . import lifecycle
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
 from .storage import BlobNotFound, ShortObject, Storage
@@ -140,7 +140,7 @@ def put(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
     again from ``value`` (``blobs.repair``)."""
     now = now or utcnow()
     digest = hashlib.sha256(value).hexdigest()
-    collect.store_lock(session)  # GC runs wholly before this (the blob row is gone: store it again) or after
+    lifecycle.store_lock(session)  # GC runs wholly before this (the blob row is gone: store it again) or after
     blob = session.get(Blob, digest)
     if blob is None or _read_value(storage, blob, len(value))[0] is None:  # new, or its object lost or replaced
         encoding = blob.encoding if blob is not None else "zstd"

@@ -6,7 +6,7 @@ code the `cachesvc` commands and the scheduler run.
 from __future__ import annotations
 
 
-from ..lifecycle import actions, audit
+from .. import lifecycle
 from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
 from .answers import AuditListSchema, GcSchema, TokenCreatedSchema, TokenListSchema, TokenRevokedSchema
@@ -29,7 +29,7 @@ def purge(body):
     `CACHESVC_GC_GRACE_SECONDS` have passed, so restores already under way finish.
     """
     dry_run = body.pop("dry_run")
-    return actions.purge(services(), body, actor=audit.request_actor(), dry_run=dry_run)
+    return lifecycle.purge(services(), body, actor=lifecycle.request_actor(), dry_run=dry_run)
 
 
 @blp.route("/gc", methods=["POST"])
@@ -38,7 +38,7 @@ def purge(body):
 def gc():
     """Delete blobs no protecting version names (committed; pending within its lease; purged within the
     grace), the rows of expired pending and long-purged versions, and orphan objects in storage."""
-    return actions.gc(services(), actor=audit.request_actor())
+    return lifecycle.gc(services(), actor=lifecycle.request_actor())
 
 
 @blp.route("/audit", methods=["GET"])
@@ -48,7 +48,7 @@ def gc():
 def audit_log(args):
     """Audit records, newest first: who published, purged, collected or changed tokens, when, and bytes."""
     with services().db.session() as s:
-        return audit.listing(s, args.get("action"), args["limit"], args["offset"])
+        return lifecycle.audit_listing(s, args.get("action"), args["limit"], args["offset"])
 
 
 @blp.route("/tokens", methods=["GET"])
@@ -56,7 +56,7 @@ def audit_log(args):
 @blp.response(200, TokenListSchema)
 def list_tokens():
     """Every token (never the token itself): name, scope, created, revoked."""
-    return actions.list_tokens(services())
+    return lifecycle.list_tokens(services())
 
 
 @blp.route("/tokens", methods=["POST"])
@@ -65,7 +65,7 @@ def list_tokens():
 @blp.response(201, TokenCreatedSchema)
 def create_token(body):
     """Create a token; the answer's `token` is the only time it is shown."""
-    return actions.create_token(services(), body["name"], body["scope"], actor=audit.request_actor())
+    return lifecycle.create_token(services(), body["name"], body["scope"], actor=lifecycle.request_actor())
 
 
 @blp.route("/tokens/<ident>", methods=["DELETE"])
@@ -73,4 +73,4 @@ def create_token(body):
 @blp.response(200, TokenRevokedSchema)
 def revoke_token(ident):
     """Revoke the active token(s) with this id or name (404 when none is active)."""
-    return actions.revoke_token(services(), ident, actor=audit.request_actor())
+    return lifecycle.revoke_token(services(), ident, actor=lifecycle.request_actor())

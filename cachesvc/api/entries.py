@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from ..browse import queries as browse
+from .. import browse
 from ..auth import requires
 from ..schemas import EntryFilterArgs
 from . import Blueprint, services

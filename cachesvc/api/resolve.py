@@ -5,7 +5,7 @@ from __future__ import annotations
 from cachesvc_client.keys import ENV_FIELDS
 
 from .. import index, metrics
-from ..resolve import resolver as resolving
+from .. import resolve as resolving
 from ..schemas import ResolveArgs
 from ..auth import requires
 from . import Blueprint, services

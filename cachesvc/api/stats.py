@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from ..browse import stats
+from .. import browse
 from ..auth import requires
 from ..schemas import StatsArgs
 from .answers import StatsSchema
@@ -23,4 +23,4 @@ def get_stats(args):
     call, from exact-key hit verdicts that sent `first_call_seconds`); and a daily series of
     stored bytes, restores, misses, hits and publishes."""
     with services().db.session() as s:
-        return dict(stats.totals(s), daily=stats.daily(s, args["days"]))
+        return dict(browse.totals(s), daily=browse.daily(s, args["days"]))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 from .. import auth
-from ..resolve import verdicts
+from .. import resolve
 from ..auth import requires
 from ..schemas import VerdictSchema
 from .answers import VerdictAnswerSchema
@@ -30,6 +30,6 @@ def post(body):
     """
     trusted = auth.current().token_id is not None
     with services().db.session() as s:
-        rows = verdicts.record(s, body["versions"], body["verdict"], body["fallback"], body["first_call_seconds"],
+        rows = resolve.record_verdicts(s, body["versions"], body["verdict"], body["fallback"], body["first_call_seconds"],
                                trusted=trusted)
     return {"versions": rows, "counted_toward_problem": trusted and not body["fallback"]}

@@ -1,11 +1,8 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
-
-from ..lifecycle import audit
-from .. import index, metrics
+from .. import index, lifecycle, metrics, publish
 from ..storage import packs
-from ..publish import versions as publishing
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
@@ -32,12 +29,8 @@ def create(body):
     """
     svc = services()
     with svc.db.session() as s:
-        status, result = publishing.create_version(s, svc.storage, svc.settings, body)
-        if result["status"] == "linked":
-            v = result["version"]
-            audit.record(s, "publish", audit.request_actor(), f"entry {v['entry_id']} version {v['id']}",
-                         v["total_bytes"], {"entry_id": v["entry_id"], "version_id": v["id"], "files": v["file_count"],
-                                            "new_stored_bytes": 0, "linked_to": result["linked_to"]["version_id"]})
+        status, result = publish.create_version(s, svc.storage, svc.settings, body,
+                                                actor=lifecycle.request_actor())
     return result, status
 
 
@@ -49,17 +42,10 @@ def commit(body, version_id):
     """Make a pending version visible, once every blob it names is stored (409 `blobs_missing` otherwise)."""
     svc = services()
     with svc.db.session() as s:
-        result = publishing.commit_version(s, svc.storage, version_id, body["uploaded"], body["packs"])
-        if result.pop("new", False):
-            v = result["version"]
-            audit.record(s, "publish", audit.request_actor(), f"entry {v['entry_id']} version {v['id']}",
-                         v["total_bytes"], {"entry_id": v["entry_id"], "version_id": v["id"],
-                                            "files": v["file_count"],
-                                            "new_stored_bytes": result["new_stored_bytes"]})
-            metrics.current().bytes_in.labels("storage").inc(result["direct_bytes"])
-        result.pop("new_stored_bytes", None)
-        result.pop("direct_bytes", None)
-        return result
+        result, direct_bytes = publish.commit_version(s, svc.storage, version_id, body["uploaded"], body["packs"],
+                                                      actor=lifecycle.request_actor())
+    metrics.current().bytes_in.labels("storage").inc(direct_bytes)  # uploaded straight to storage (presigned)
+    return result
 
 
 @blp.route("/<int:version_id>/packs", methods=["POST"])
@@ -85,7 +71,7 @@ def blob_targets(body, version_id):
     `PUT /api/v1/blobs/<sha256>`; `stored` lists those stored since the create (nothing to upload)."""
     svc = services()
     with svc.db.session() as s:
-        return publishing.blob_targets(s, svc.storage, svc.settings, version_id, body["blobs"])
+        return publish.blob_targets(s, svc.storage, svc.settings, version_id, body["blobs"])
 
 
 @blp.route("/<int:version_id>", methods=["GET"])

@@ -1,0 +1,29 @@
+"""Browse: what people and dashboards read; nothing here writes the index except through a door.
+
+::
+
+    GET /                   pages    entries (search, problems), an entry's versions and files with a
+    GET /entries/<id>                restore command each, stats (hit rate, top entries, devices, torch)
+    GET /stats
+    /login, /logout         signin   a token pasted once, a signed session cookie, CSRF on every form
+    /admin/...              admin_pages  purge (preview, then confirm), audit log, tokens: through
+                                     cachesvc.lifecycle's actions
+    GET /api/v1/entries     list_entries, entry_detail   (queries: the same rows for the API and the pages)
+    GET /api/v1/stats       totals, daily                (stats: also what /metrics reads)
+"""
+from flask import Flask
+
+from .queries import entry_detail, list_entries
+from .stats import daily, totals
+
+
+def register_pages(app: Flask, settings: dict) -> None:
+    """Sign-in (its session cookie and CSRF) and the HTML pages' blueprints (auth.PAGE_BLUEPRINTS)."""
+    from . import admin_pages, pages, signin
+
+    signin.install(app, settings)
+    for page_bp in (pages.bp, signin.bp, admin_pages.bp):
+        app.register_blueprint(page_bp)
+
+
+__all__ = ["daily", "entry_detail", "list_entries", "register_pages", "totals"]

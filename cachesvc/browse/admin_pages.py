@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, make_response, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
-from ..lifecycle import actions, audit
+from .. import lifecycle
 from ..api import services
 from ..auth import requires
 from ..errors import InvalidRequest
@@ -45,7 +45,7 @@ def _what(target: dict) -> str:
 def purge_preview():
     """What purging this version or entry would do (a dry run): the versions, the bytes it frees."""
     target = _target(request.args)
-    result = actions.purge(services(), target, actor=audit.request_actor(), dry_run=True)
+    result = lifecycle.purge(services(), target, actor=lifecycle.request_actor(), dry_run=True)
     return render_template("purge.html", result=result, target=target, what=_what(target), done=False)
 
 
@@ -53,7 +53,7 @@ def purge_preview():
 @requires("admin")
 def purge_confirmed():
     target = _target(request.form)
-    result = actions.purge(services(), target, actor=audit.request_actor())
+    result = lifecycle.purge(services(), target, actor=lifecycle.request_actor())
     return render_template("purge.html", result=result, target=target, what=_what(target), done=True)
 
 
@@ -65,15 +65,15 @@ def audit_page():
     except ValidationError as exc:
         raise InvalidRequest(f"invalid request: {exc.messages}") from None
     with services().db.session() as s:
-        page = audit.listing(s, args.get("action"), AUDIT_PAGE, args["offset"])
-    return render_template("audit.html", page=page, action=args.get("action") or "", actions=audit.ACTIONS,
+        page = lifecycle.audit_listing(s, args.get("action"), AUDIT_PAGE, args["offset"])
+    return render_template("audit.html", page=page, action=args.get("action") or "", actions=lifecycle.AUDIT_ACTIONS,
                            page_size=AUDIT_PAGE)
 
 
 @bp.route("/tokens", methods=["GET"])
 @requires("admin")
 def tokens_page():
-    return render_template("tokens.html", tokens=actions.list_tokens(services())["tokens"], created=None)
+    return render_template("tokens.html", tokens=lifecycle.list_tokens(services())["tokens"], created=None)
 
 
 @bp.route("/tokens", methods=["POST"])
@@ -86,8 +86,8 @@ def create_token():
     except ValidationError as exc:
         problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in exc.messages.items())
         raise InvalidRequest(f"invalid token: {problems}") from None
-    created = actions.create_token(services(), body["name"], body["scope"], actor=audit.request_actor())
-    resp = make_response(render_template("tokens.html", tokens=actions.list_tokens(services())["tokens"],
+    created = lifecycle.create_token(services(), body["name"], body["scope"], actor=lifecycle.request_actor())
+    resp = make_response(render_template("tokens.html", tokens=lifecycle.list_tokens(services())["tokens"],
                                          created=created), 201)
     resp.headers["Cache-Control"] = "no-store"
     return resp
@@ -96,5 +96,5 @@ def create_token():
 @bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])
 @requires("admin")
 def revoke_token(token_id):
-    actions.revoke_token(services(), str(token_id), actor=audit.request_actor())
+    lifecycle.revoke_token(services(), str(token_id), actor=lifecycle.request_actor())
     return redirect(url_for("web_admin.tokens_page"), code=303)

@@ -64,7 +64,7 @@ def list_entries(session: Session, args: dict) -> dict:
     if conds:
         q, count = q.where(*conds), count.join(Entry, Entry.id == Version.entry_id).where(*conds)
     if args.get("problem") is not None:
-        flagged = Version.last_verdict == "no_hits"  # verdicts.is_problem, in SQL
+        flagged = Version.problem
         cond = flagged if args["problem"] else ~flagged | Version.last_verdict.is_(None)
         q, count = q.where(cond), count.where(cond, is_newest)
     total = session.scalar(count)

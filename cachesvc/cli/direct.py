@@ -68,44 +68,44 @@ class DirectAdmin:
 
     @staticmethod
     def _actor() -> str:
-        from ..lifecycle import audit
+        from .. import lifecycle
 
-        return audit.cli_actor()
+        return lifecycle.cli_actor()
 
     def purge(self, criteria: dict, dry_run: bool) -> dict:
-        from ..lifecycle import actions
+        from .. import lifecycle
         from ..schemas import PurgeSchema
 
         with translated(self.settings):
             body = PurgeSchema().load({**{k: v for k, v in criteria.items() if v is not None}, "dry_run": dry_run})
             dry_run = body.pop("dry_run")
-            return actions.purge(self.svc, body, actor=self._actor(), dry_run=dry_run)
+            return lifecycle.purge(self.svc, body, actor=self._actor(), dry_run=dry_run)
 
     def gc(self) -> dict:
-        from ..lifecycle import actions
+        from .. import lifecycle
 
         with translated(self.settings):
-            return actions.gc(self.svc, actor=self._actor())
+            return lifecycle.gc(self.svc, actor=self._actor())
 
     def create_token(self, name: str, scope: str) -> dict:
-        from ..lifecycle import actions
+        from .. import lifecycle
         from ..schemas import TokenCreateSchema
 
         with translated(self.settings):
             body = TokenCreateSchema().load({"name": name, "scope": scope})
-            return actions.create_token(self.svc, body["name"], body["scope"], actor=self._actor())
+            return lifecycle.create_token(self.svc, body["name"], body["scope"], actor=self._actor())
 
     def list_tokens(self) -> list:
-        from ..lifecycle import actions
+        from .. import lifecycle
 
         with translated(self.settings):
-            return actions.list_tokens(self.svc)["tokens"]
+            return lifecycle.list_tokens(self.svc)["tokens"]
 
     def revoke_token(self, ident: str) -> list:
-        from ..lifecycle import actions
+        from .. import lifecycle
 
         with translated(self.settings):
-            return actions.revoke_token(self.svc, ident, actor=self._actor())["revoked"]
+            return lifecycle.revoke_token(self.svc, ident, actor=self._actor())["revoked"]
 
     def close(self) -> None:
         self.svc.db.engine.dispose()

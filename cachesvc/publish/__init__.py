@@ -1,0 +1,19 @@
+"""Publish: the only code that makes versions.
+
+::
+
+    POST /api/v1/versions           create_version  manifest -> admission (same content elsewhere: a linked
+                                                    version at once) -> merge (the key's newest files the
+                                                    manifest lacks) -> a pending version + the blobs to upload
+    POST /api/v1/versions/<id>/uploads  blob_targets  upload targets in batches (presigned: the version's
+                                                    incoming folder, cachesvc.storage.incoming_key)
+    (the client uploads: through the service, cachesvc.storage.blobs/packs, or straight to S3)
+    POST /api/v1/versions/<id>/commit   commit_version  every blob stored? packs verified, presigned uploads
+                                                    checked and moved into place, the version committed
+                                                    whole (newest = last committed), audited
+
+``admission`` links content another key has, ``merging`` folds the key's other versions in.
+"""
+from .versions import blob_targets, commit_version, create_version
+
+__all__ = ["blob_targets", "commit_version", "create_version"]

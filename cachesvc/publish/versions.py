@@ -31,7 +31,7 @@ from cachesvc_client import keys
 
 from . import admission, merging
 from ..storage import blobs, packs as packs_mod
-from ..lifecycle import collect
+from .. import lifecycle
 from .. import index
 from ..errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from ..models import Blob, Event, PendingPack, Version, VersionFile, utcnow
@@ -71,10 +71,22 @@ def upload_target(storage: Storage, digest: str, encoding: str, expires: int, ve
     return target
 
 
-def create_version(session: Session, storage: Storage, settings: dict, body: dict) -> Tuple[int, dict]:
+def _audit(session: Session, actor: str, version: dict, new_stored_bytes: int, **details) -> None:
+    """The audit record of a publish that made a committed version (``cachesvc.lifecycle.audit``)."""
+    lifecycle.audit_record(session, "publish", actor, f"entry {version['entry_id']} version {version['id']}",
+                           version["total_bytes"], {"entry_id": version["entry_id"], "version_id": version["id"],
+                                                    "files": version["file_count"],
+                                                    "new_stored_bytes": new_stored_bytes, **details})
+
+
+def create_version(session: Session, storage: Storage, settings: dict, body: dict, *, actor: str
+                   ) -> Tuple[int, dict]:
+    """Record a publish's manifest: (201, a pending version and the blobs to upload), or (200, the key's
+    newest version when the content is the same, or a committed ``linked`` version when another key has
+    it: audited as a publish by ``actor``)."""
     key, files = body["key"], body["files"]
     sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
-    collect.store_lock(session)  # GC must see this pending version, or run wholly before it
+    lifecycle.store_lock(session)  # GC must see this pending version, or run wholly before it
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id, body["kind"])
     body = dict(body, meta=merging.without_base(body["meta"]))
@@ -87,6 +99,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
                      "version": index.version_summary(newest), "upload": []}
     linked = admission.link(session, entry, body, files, digest, sizes)
     if linked is not None:
+        _audit(session, actor, linked[1]["version"], 0, linked_to=linked[1]["linked_to"]["version_id"])
         return linked
 
     present = index.present_sizes(session, sizes)
@@ -183,24 +196,11 @@ def _place_uploads(session: Session, storage: Storage, found: List[dict]) -> Lis
     return placed
 
 
-def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
-                   packs: Optional[List[dict]] = None) -> dict:
-    """Commit a pending version once every blob it names is stored, loose or in one of ``packs``
-    (verified first: ``cachesvc.storage.packs.verify``). Raises BlobsMissing, InvalidRequest, Conflict."""
-    collect.store_lock(session)
-    version = index.get_or_404(session, Version, version_id, "version")
-    if version.state == "committed":
-        return {"status": "committed", "version": index.version_summary(version)}
-    entry = index.lock_entry(session, version.entry_id)  # commits of one key, one at a time
-    # read again under the lock: a concurrent commit of this same version (a retry) may have finished
-    version = session.get(Version, version_id, populate_existing=True)
-    if version is None:  # it held content equal to the newest version, and that commit dropped it
-        raise NotFound(f"version {version_id} does not exist")
-    if version.state == "committed":
-        return {"status": "committed", "version": index.version_summary(version)}
-    if version.lease_expires_at and version.lease_expires_at < utcnow():
-        raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
-
+def _take_uploads(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
+                  packs: Optional[List[dict]]) -> int:
+    """Check that every blob of pending version ``version_id`` is stored, loose or in one of ``packs``
+    (verified first: ``cachesvc.storage.packs.verify``), recording the blobs its uploads stored; returns
+    the bytes those uploads put straight into storage. Raises BlobsMissing, InvalidRequest."""
     sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
                                  .where(VersionFile.version_id == version_id).distinct()).all())
     packed = packs_mod.verify(session, storage, version_id, packs or [], sizes)
@@ -221,26 +221,53 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
         raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
                            f"commit again", {"missing": missing[:1000]})
     direct_bytes = index.insert_blobs(session, _place_uploads(session, storage, found))  # presigned uploads
-    direct_bytes += index.insert_blobs(session, packed)
+    return direct_bytes + index.insert_blobs(session, packed)
 
+
+def _pending_under_lock(session: Session, version_id: int) -> Tuple[Version, Optional[dict]]:
+    """(the version, read again under its key's commit lock, None) while it may be committed; (it, the
+    answer) when a concurrent commit of it (a retry) finished first. Raises NotFound, Conflict."""
+    version = index.get_or_404(session, Version, version_id, "version")
+    if version.state != "committed":
+        index.lock_entry(session, version.entry_id)  # commits of one key, one at a time
+        version = session.get(Version, version_id, populate_existing=True)
+    if version is None:  # it held content equal to the newest version, and that commit dropped it
+        raise NotFound(f"version {version_id} does not exist")
+    if version.state == "committed":
+        return version, {"status": "committed", "version": index.version_summary(version)}
+    if version.lease_expires_at and version.lease_expires_at < utcnow():
+        raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
+    return version, None
+
+
+def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
+                   packs: Optional[List[dict]] = None, *, actor: str) -> Tuple[dict, int]:
+    """Commit a pending version once every blob it names is stored (``_take_uploads``), audited as a
+    publish by ``actor``. Returns (the answer, the bytes its uploads put straight into storage).
+    Raises BlobsMissing, InvalidRequest, Conflict, NotFound."""
+    lifecycle.store_lock(session)
+    version, done = _pending_under_lock(session, version_id)
+    if done is not None:
+        return done, 0
+    direct_bytes = _take_uploads(session, storage, version_id, uploaded, packs)
     merging.catch_up(session, version)
     if version.file_count == 0:  # recorded before empty manifests were refused
         raise InvalidRequest(f"version {version_id} has no files: a version without files would hide the key's "
                              "newest one; publish again after the compile has written its cache", {"field": "files"})
-    newest = index.newest_committed(session, entry.id, version.kind)
+    newest = index.newest_committed(session, version.entry_id, version.kind)
     if newest is not None and newest.manifest_digest == version.manifest_digest:
         session.delete(version)  # a concurrent publisher committed the same content first
-        return {"status": "unchanged", "version": index.version_summary(newest)}
+        return {"status": "unchanged", "version": index.version_summary(newest)}, direct_bytes
     version.state = "committed"
     version.committed_at = utcnow()
     version.commit_seq = index.next_commit_seq(session)
     version.lease_expires_at = None
-    session.add(Event(kind="publish", entry_id=entry.id, version_id=version.id, bytes=version.total_bytes))
+    session.add(Event(kind="publish", entry_id=version.entry_id, version_id=version.id, bytes=version.total_bytes))
     session.flush()
     new_bytes = session.scalar(select(func.coalesce(func.sum(Blob.stored_size), 0))
                                .where(Blob.digest.in_(select(VersionFile.digest)
                                                       .where(VersionFile.version_id == version.id)),
                                       Blob.created_at >= version.created_at))
-    # "new", "new_stored_bytes" and "direct_bytes" are for the view (audit, metrics), not the answer
-    return {"status": "committed", "version": index.version_summary(version), "new": True,
-            "new_stored_bytes": int(new_bytes), "direct_bytes": direct_bytes}
+    answer = {"status": "committed", "version": index.version_summary(version)}
+    _audit(session, actor, answer["version"], int(new_bytes))
+    return answer, direct_bytes

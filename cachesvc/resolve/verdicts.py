@@ -35,10 +35,6 @@ def _saved(versions: List[Version], verdict: str, first_call_seconds: Optional[f
     return max(0.0, max(cold) - first_call_seconds)
 
 
-def is_problem(v: Version) -> bool:
-    return v.last_verdict == "no_hits"
-
-
 def record(session: Session, version_ids: List[int], verdict: str, fallback: str,
            first_call_seconds: Optional[float] = None, *, trusted: bool) -> List[dict]:
     """Count ``verdict`` on each version, and the verdict once in the stats (an event of its kind,
@@ -61,4 +57,4 @@ def record(session: Session, version_ids: List[int], verdict: str, fallback: str
     session.add(Event(kind=verdict, entry_id=rows[0].entry_id, version_id=rows[0].id,
                       seconds=None if fallback else _saved(rows, verdict, first_call_seconds)))
     return [{"id": v.id, "verify_count": v.verify_count, "no_hit_count": v.no_hit_count,
-             "last_verdict": v.last_verdict, "problem": is_problem(v)} for v in rows]
+             "last_verdict": v.last_verdict, "problem": v.problem} for v in rows]

@@ -1,10 +1,21 @@
-"""Blob storage: one small interface, a local-directory and an S3 backend.
+"""Storage: where the bytes live, and the only code that reads or writes them.
+
+::
+
+    Storage (this module)  the interface: a local folder (local.py) or any S3-compatible bucket (s3.py),
+                           chosen by URL scheme (``from_url``); presigned URLs (presign.py)
+    blobs.py               a blob's bytes: received (PUT through the service), checked, stored once, never
+                           overwritten; read back at commit
+    packs.py               many small blobs in one object: upload targets, verification, ranged reads
+    decoding.py            the one bounded decoder of stored bytes (a bomb is a refusal, not an OOM)
 
 Object layout (the same on both backends)::
 
     [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>        identity encoding
-    [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>.zst    zstd frame of the same bytes
+    [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>.zst    zstd frame(s) of the same bytes
     [<prefix>/]v1/packs/<sha256[:2]>/<sha256>        a pack: small blobs' stored bytes, concatenated
+    [<prefix>/]v1/incoming/<version id>/<key>        a presigned upload, until its version's commit checks
+                                                     it and moves it to <key> (``incoming_key``)
 
 A pack is named by the sha256 of its own bytes; where each member lies in it
 (offset, stored size, encoding) is in the index (``cachesvc.storage.packs``).

@@ -15,6 +15,7 @@ from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalErr
 from werkzeug.exceptions import HTTPException
 
 from .storage import StorageError
+from .storage.decoding import BadBlob
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,11 @@ def register(app: Flask) -> None:
         if not exc.connection_invalidated:
             raise exc
         return _db_error(exc)
+
+    @app.errorhandler(BadBlob)
+    def _bad_blob(exc: BadBlob):
+        # Bytes that are not what the manifest says (cachesvc.storage): the uploader's mistake, nothing stored.
+        return jsonify(_body("invalid_request", str(exc), exc.details)), 400
 
     @app.errorhandler(StorageError)
     def _storage_error(exc: StorageError):

@@ -10,7 +10,7 @@ from cachesvc_client import keys
 from marshmallow import Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 
-from .resolve.fallback import STEPS as FALLBACK_STEPS
+from .resolve import FALLBACK_STEPS
 
 
 def _rule(check):
@@ -55,13 +55,13 @@ def _filter(max_len, *more, **kw):
 MAX_OFFSET = 10**9
 
 
-class EnvSchema(Schema):
-    torch = _text(keys.MAX_ENV_VALUE, required=True)
-    triton = _text(keys.MAX_ENV_VALUE, required=True)
-    cuda = _text(keys.MAX_ENV_VALUE, required=True)
-    python = _text(keys.MAX_ENV_VALUE, required=True)
-    device = _text(keys.MAX_ENV_VALUE, required=True)
-    arch = _text(keys.MAX_ENV_VALUE, required=True)
+def _env_fields() -> dict:
+    """The key's environment fields (``keys.ENV_FIELDS``), each required text: in a body's ``env`` and
+    as resolve's query arguments alike."""
+    return {f: _text(keys.MAX_ENV_VALUE, required=True) for f in keys.ENV_FIELDS}
+
+
+EnvSchema = Schema.from_dict(_env_fields(), name="EnvSchema")
 
 
 class KeySchema(Schema):
@@ -149,16 +149,10 @@ class BlobPutArgs(Schema):
                                                       "(its upload target names it)"})
 
 
-class ResolveArgs(Schema):
+class ResolveArgs(Schema.from_dict(_env_fields(), name="ResolveEnvArgs")):
     name = fields.String(required=True, validate=_rule(keys.check_name))
     shape = fields.String(required=True, validate=_rule(keys.check_shape))
     tags = fields.String(load_default="{}", metadata={"description": "JSON object of string tags"})
-    torch = _text(keys.MAX_ENV_VALUE, required=True)
-    triton = _text(keys.MAX_ENV_VALUE, required=True)
-    cuda = _text(keys.MAX_ENV_VALUE, required=True)
-    python = _text(keys.MAX_ENV_VALUE, required=True)
-    device = _text(keys.MAX_ENV_VALUE, required=True)
-    arch = _text(keys.MAX_ENV_VALUE, required=True)
     fallback = DelimitedList(fields.String(validate=validate.OneOf(FALLBACK_STEPS)), load_default=list,
                                     metadata={"description": "comma-separated steps tried in order when the exact "
                                                              "key has no version: shape (same key, any shape: "

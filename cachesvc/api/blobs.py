@@ -37,26 +37,19 @@ def put(args, sha256):
     400 when it does not (a body that decodes past the size is refused there), 409 `conflict` for a blob
     stored before the version was created: a stored blob's bytes never change.
     """
-    digest = digest_arg(sha256)
     svc = services()
-    with svc.db.session() as s:
-        size, stored = blobs.claim(s, digest, args.get("version"))
     request.max_content_length = svc.settings["MAX_BLOB_BYTES"]
-    try:
-        tmp, row = blobs.receive(svc.storage, digest, args["encoding"], request.stream, size)
-        if stored is None:
-            with svc.db.session() as s:
-                stored = blobs.store(s, svc.storage, tmp, row)
-        else:
-            blobs.discard(tmp)
-    except StorageError as exc:
-        raise Unavailable(f"blob storage failed: {exc}") from None
-    if stored is not None:  # nothing written: the stored bytes stay as they are
-        return {"sha256": digest, "size": stored.size, "stored_size": stored.stored_size,
-                "encoding": stored.encoding, "status": "already_stored"}, 200
-    metrics.current().bytes_in.labels("service").inc(row["stored_size"])
-    return {"sha256": digest, "size": row["size"], "stored_size": row["stored_size"], "encoding": row["encoding"],
-            "status": "stored"}
+    answer, wrote = blobs.put(svc.db, svc.storage, digest_arg(sha256), args["encoding"], args.get("version"),
+                              request.stream)
+    return stored_answer(answer, wrote)
+
+
+def stored_answer(answer: dict, wrote: bool):
+    """201 and the bytes counted in when the PUT wrote them; 200 when a concurrent publish had."""
+    if not wrote:
+        return answer, 200
+    metrics.current().bytes_in.labels("service").inc(answer["stored_size"])
+    return answer
 
 
 @blp.route("/<sha256>", methods=["GET"])

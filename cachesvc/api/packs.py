@@ -4,16 +4,16 @@ from __future__ import annotations
 from flask import Response, request
 from sqlalchemy import select
 
-from ..storage import blobs, packs
+from ..storage import packs
 from .. import metrics
 from ..auth import requires
-from ..errors import InvalidRequest, NotFound, Unavailable
-from ..models import Pack, Version
+from ..errors import NotFound, Unavailable
+from ..models import Pack
 from ..schemas import ErrorSchema, PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
 from .answers import PackStoredSchema
 from . import BINARY_BODY, Blueprint, digest_arg, services
-from .blobs import send_object
+from .blobs import send_object, stored_answer
 
 blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")
 
@@ -29,27 +29,9 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
 @blp.doc(requestBody=BINARY_BODY)
 def put(args, sha256):
     """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
-    digest = digest_arg(sha256)
     svc = services()
-    with svc.db.session() as s:  # recorded before the bytes land, so GC cannot take them for an orphan
-        version = s.get(Version, args["version"])
-        if version is None:
-            raise InvalidRequest(f"version {args['version']} is not a pending version; publish a manifest first")
-        recorded = packs.claim(s, version, digest)
     request.max_content_length = packs.MAX_PACK
-    try:
-        tmp, size = packs.receive(svc.storage, digest, request.stream)
-        if recorded:
-            blobs.discard(tmp)
-        else:
-            with svc.db.session() as s:
-                recorded = not packs.store(s, svc.storage, digest, tmp)
-    except StorageError as exc:
-        raise Unavailable(f"pack storage failed: {exc}") from None
-    if recorded:  # nothing written: a recorded pack's object never changes
-        return {"sha256": digest, "stored_size": size, "status": "already_stored"}, 200
-    metrics.current().bytes_in.labels("service").inc(size)
-    return {"sha256": digest, "stored_size": size, "status": "stored"}
+    return stored_answer(*packs.put(svc.db, svc.storage, digest_arg(sha256), args["version"], request.stream))
 
 
 @blp.route("/<sha256>", methods=["GET"])

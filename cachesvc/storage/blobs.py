@@ -31,6 +31,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from .. import index
+from ..db import Database
 from .decoding import BadBlob, Decode  # BadBlob is raised through this module's API too
 from ..errors import Conflict, InvalidRequest
 from ..models import Blob, Version, VersionFile, utcnow
@@ -78,18 +79,35 @@ class _Check:
 def receive(storage: Storage, digest: str, encoding: str, body: BinaryIO, size: int) -> Tuple[str, dict]:
     """Stream ``body`` into a temp file beside storage and check that it is ``encoding`` of blob ``digest``
     (``size`` decoded bytes; decoding stops one byte past it). Returns (the temp file, the blob's row
-    values): the caller stores it (``store``) or deletes it. Raises InvalidRequest, leaving no file."""
+    values): the caller stores it (``store``) or deletes it. Raises BadBlob (a 400), leaving no file."""
     tmp_dir = storage.temp_dir()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-")
     try:
         with os.fdopen(fd, "wb") as out:
             return tmp, _Check(body, encoding, size, out.write).run(digest, encoding)
-    except BadBlob as exc:
-        discard(tmp)
-        raise InvalidRequest(str(exc), exc.details) from None
     except BaseException:
         discard(tmp)
         raise
+
+
+def put(db: Database, storage: Storage, digest: str, encoding: str, version_id: Optional[int],
+        body: BinaryIO) -> Tuple[dict, bool]:
+    """A blob PUT through the service: may it be written (``claim``)? Then the body checked (``receive``)
+    and stored, unless a concurrent publish stored it first. Returns (the answer, whether bytes were
+    written). Raises BadBlob, InvalidRequest, Conflict, StorageError."""
+    with db.session() as s:
+        size, stored = claim(s, digest, version_id)
+    tmp, row = receive(storage, digest, encoding, body, size)
+    if stored is None:
+        with db.session() as s:
+            stored = store(s, storage, tmp, row)
+    else:
+        discard(tmp)
+    if stored is not None:  # nothing written: the stored bytes stay as they are
+        return {"sha256": digest, "size": stored.size, "stored_size": stored.stored_size,
+                "encoding": stored.encoding, "status": "already_stored"}, False
+    return {"sha256": digest, "size": row["size"], "stored_size": row["stored_size"], "encoding": row["encoding"],
+            "status": "stored"}, True
 
 
 def discard(tmp: str) -> None:

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from . import blobs
 from .. import index
+from ..db import Database
 from .decoding import BadBlob, decode_all
 from ..errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from ..models import Blob, Pack, PendingPack, Version, utcnow
@@ -103,7 +104,7 @@ def claim(session: Session, version: Version, digest: str) -> bool:
 
 def receive(storage: Storage, digest: str, body: BinaryIO) -> Tuple[str, int]:
     """Stream ``body`` into a temp file and check that it hashes to ``digest``; return (the temp file, its
-    size) for ``store``. Raises InvalidRequest, PayloadTooLarge, leaving no file."""
+    size) for ``store``. Raises BadBlob (a 400), PayloadTooLarge, leaving no file."""
     tmp_dir = storage.temp_dir()
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".upload-pack-")
     sha, size = hashlib.sha256(), 0
@@ -116,12 +117,33 @@ def receive(storage: Storage, digest: str, body: BinaryIO) -> Tuple[str, int]:
                 sha.update(chunk)
                 out.write(chunk)
         if sha.hexdigest() != digest:
-            raise InvalidRequest(f"body hashes to sha256 {sha.hexdigest()}, not {digest}; nothing was stored",
-                                 {"expected": digest, "actual": sha.hexdigest()})
+            raise BadBlob(f"body hashes to sha256 {sha.hexdigest()}, not {digest}; nothing was stored",
+                          {"expected": digest, "actual": sha.hexdigest()})
     except BaseException:
         blobs.discard(tmp)
         raise
     return tmp, size
+
+
+def put(db: Database, storage: Storage, digest: str, version_id: int, body: BinaryIO) -> Tuple[dict, bool]:
+    """A pack PUT through the service: recorded as pending for ``version_id`` before the bytes land (so GC
+    cannot take them for an orphan; ``claim``), checked (``receive``), stored unless a commit recorded it
+    meanwhile. Returns (the answer, whether bytes were written). Raises BadBlob, InvalidRequest, Conflict,
+    PayloadTooLarge, StorageError."""
+    with db.session() as s:
+        version = s.get(Version, version_id)
+        if version is None:
+            raise InvalidRequest(f"version {version_id} is not a pending version; publish a manifest first")
+        recorded = claim(s, version, digest)
+    tmp, size = receive(storage, digest, body)
+    if recorded:
+        blobs.discard(tmp)
+    else:
+        with db.session() as s:
+            recorded = not store(s, storage, digest, tmp)
+    if recorded:  # nothing written: a recorded pack's object never changes
+        return {"sha256": digest, "stored_size": size, "status": "already_stored"}, False
+    return {"sha256": digest, "stored_size": size, "status": "stored"}, True
 
 
 def store(session: Session, storage: Storage, digest: str, tmp: str) -> bool:

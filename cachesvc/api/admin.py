@@ -10,6 +10,7 @@ from .. import lifecycle
 from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
 from .answers import AuditListSchema, GcSchema, TokenCreatedSchema, TokenListSchema, TokenRevokedSchema
+from .version_answers import PurgeAnswerSchema
 from . import Blueprint, services
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1/admin", description="Purge, GC, audit log, tokens")
@@ -18,7 +19,7 @@ blp = Blueprint("admin", __name__, url_prefix="/api/v1/admin", description="Purg
 @blp.route("/purge", methods=["POST"])
 @requires("admin")
 @blp.arguments(PurgeSchema)
-@blp.response(200)
+@blp.response(200, PurgeAnswerSchema)
 def purge(body):
     """Purge the committed versions matching every given criterion (AND), then run GC.
 

@@ -1,10 +1,12 @@
 """The answers' schemas (marshmallow): what the 2xx answers hold, for the OpenAPI document and Swagger UI.
 
 flask-smorest dumps a view's answer through its schema, so each schema lists every field the view
-returns (a field missing here would be dropped from the answer): the fuzz test checks every answer
-against the document (schemathesis' response_schema_conformance), and an answer's schema refuses
-fields it does not list (``additionalProperties: false``), so a field added to a view and not here
-fails there. Times are ISO 8601 UTC strings (``2026-01-31T12:00:00Z``), as ``index.iso`` writes them.
+returns: a field missing here is dropped from the answer, silently (the dumped answer still matches
+the document). The fuzz test checks every answer against the document (schemathesis'
+response_schema_conformance), where an answer's schema refuses fields it does not list
+(``additionalProperties: false``): that catches a field added to a view and not listed only for the
+answers sent as the view built them (``version_answers.VerbatimDump``: publish, a version, resolve, an
+entry). Times are ISO 8601 UTC strings (``2026-01-31T12:00:00Z``), as ``index.iso`` writes them.
 """
 from __future__ import annotations
 

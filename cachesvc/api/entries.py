@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import browse
 from ..auth import requires
 from ..schemas import EntryFilterArgs
+from .version_answers import EntryDetailSchema, EntryListSchema
 from . import Blueprint, services
 
 blp = Blueprint("entries", __name__, url_prefix="/api/v1/entries", description="Browse cache entries")
@@ -13,7 +14,7 @@ blp = Blueprint("entries", __name__, url_prefix="/api/v1/entries", description="
 @blp.route("", methods=["GET"])
 @requires("read")
 @blp.arguments(EntryFilterArgs, location="query")
-@blp.response(200)
+@blp.response(200, EntryListSchema)
 def list_entries(args):
     """Entries with at least one committed version.
 
@@ -27,7 +28,7 @@ def list_entries(args):
 
 @blp.route("/<int:entry_id>", methods=["GET"])
 @requires("read")
-@blp.response(200)
+@blp.response(200, EntryDetailSchema)
 def get_entry(entry_id):
     """An entry with its committed versions (newest first), each version's files with sizes and sha256,
     and which versions share blobs."""

@@ -8,6 +8,7 @@ from .. import index, metrics
 from .. import resolve as resolving
 from ..schemas import ResolveArgs
 from ..auth import requires
+from .version_answers import ResolveAnswerSchema
 from . import Blueprint, services
 
 blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="Find what to restore")
@@ -16,7 +17,7 @@ blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="
 @blp.route("", methods=["GET"])
 @requires("read")
 @blp.arguments(ResolveArgs, location="query")
-@blp.response(200)
+@blp.response(200, ResolveAnswerSchema)
 def resolve(args):
     """The newest committed version of `kind` (default inductor-dir) whose key matches exactly, with a URL
     per blob.

@@ -7,6 +7,7 @@ from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
 from .answers import BlobUploadTargetsSchema, PackUploadTargetsSchema
+from .version_answers import CommitAnswerSchema, PublishAnswerSchema, VersionDetailSchema
 from . import Blueprint, services
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
@@ -15,9 +16,10 @@ blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description
 @blp.route("", methods=["POST"])
 @requires("write")
 @blp.arguments(PublishSchema)
-@blp.response(201)
-@blp.alt_response(200, description="Content equals the key's newest version (`unchanged`) or another key's "
-                                   "(`linked`); nothing to upload")
+@blp.response(201, PublishAnswerSchema)
+@blp.alt_response(200, schema=PublishAnswerSchema,
+                  description="Content equals the key's newest version (`unchanged`) or another key's "
+                              "(`linked`); nothing to upload")
 def create(body):
     """Start a publish: record the manifest and answer which blobs to upload.
 
@@ -37,7 +39,7 @@ def create(body):
 @blp.route("/<int:version_id>/commit", methods=["POST"])
 @requires("write")
 @blp.arguments(CommitSchema)
-@blp.response(200)
+@blp.response(200, CommitAnswerSchema)
 def commit(body, version_id):
     """Make a pending version visible, once every blob it names is stored (409 `blobs_missing` otherwise)."""
     svc = services()
@@ -76,7 +78,7 @@ def blob_targets(body, version_id):
 
 @blp.route("/<int:version_id>", methods=["GET"])
 @requires("read")
-@blp.response(200)
+@blp.response(200, VersionDetailSchema)
 def get(version_id):
     """A version with its file list."""
     svc = services()

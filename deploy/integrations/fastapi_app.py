@@ -9,13 +9,19 @@ when it appears.
     CACHESVC_URL=http://cachesvc:8787 CACHESVC_TOKEN=cs_... TORCHINDUCTOR_CACHE_DIR=/var/cache/torchinductor \
         uvicorn --app-dir deploy/integrations fastapi_app:app --port 8080
 
-tests/deploy/test_integrations.py runs it in two fresh containers: the second one's compile hits.
+With ONE_CALL=1 the restore and torch.compile are one call, ``cachesvc_client.compile``: a hit runs
+the published AOTInductor package on the model's own weights without Dynamo or Inductor; a miss
+compiles and, with a write token, publishes in the background (PUBLISH_WAIT_SECONDS: how long start-up
+waits for that, as a build job or the first replica would).
+
+tests/deploy/test_integrations.py runs both in two fresh containers: the second one's compile hits.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import sys
 import time
 from typing import List
 
@@ -23,6 +29,7 @@ import torch
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
+import cachesvc_client
 from cachesvc_client import CacheClient
 from stand_in_model import BATCH, FEATURES, SHAPE, build_model, cache_counters, example_inputs
 
@@ -33,20 +40,22 @@ NAME = os.environ.get("MODEL_NAME", "fastapi-mlp")
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI):
-    # 1. Restore before anything compiles. With the init container of deploy/kubernetes this
-    #    finds the files already there and costs a resolve; alone, it does the whole restore.
-    report = CacheClient().restore(NAME, SHAPE) if os.environ.get("CACHESVC_URL") else None
-    model = build_model()
-    # 2. Compile and warm up.
-    # ---- ONE-CALL VARIANT (issue 18) -------------------------------------------------------
-    # When `cachesvc_client.compile` lands, steps 1 and 2 become one call:
-    #     compiled = cachesvc_client.compile(model, (example_inputs(),), name=NAME)
-    # ------------------------------------------------------------------------------------------
-    compiled = torch.compile(model)
+    if os.environ.get("ONE_CALL") == "1":
+        # The one call: restore + load the package (a hit), or torch.compile + publish (a miss).
+        compiled = cachesvc_client.compile(build_model(), (example_inputs(),), name=NAME)
+        report = None
+    else:
+        # 1. Restore before anything compiles. With the init container of deploy/kubernetes this
+        #    finds the files already there and costs a resolve; alone, it does the whole restore.
+        report = CacheClient().restore(NAME, SHAPE) if os.environ.get("CACHESVC_URL") else None
+        # 2. Compile and warm up.
+        compiled = torch.compile(build_model())
     started = time.perf_counter()
     with torch.no_grad():
         compiled(example_inputs())
     warmup = time.perf_counter() - started
+    if os.environ.get("PUBLISH_WAIT_SECONDS") and hasattr(compiled, "wait_published"):
+        log.info("published: %s", compiled.wait_published(float(os.environ["PUBLISH_WAIT_SECONDS"])))
     # 3. A publisher pod says warm-up is done; the sidecar publishes what it compiled.
     done = os.environ.get("WARMUP_DONE_FILE")
     if done:
@@ -54,7 +63,7 @@ async def lifespan(app: FastAPI):
             f.write(f"{warmup:.3f}\n")
         os.replace(done + ".tmp", done)
     app.state.compiled, app.state.warmup = compiled, warmup
-    app.state.restored = bool(report and report.hit)
+    app.state.restored = bool(report and report.hit) or getattr(compiled, "calls", {}).get("artifact", 0) > 0
     log.info("ready: restored=%s warm-up %.1f s %s", app.state.restored, warmup, cache_counters())
     yield
 
@@ -68,7 +77,9 @@ class Batch(BaseModel):
 
 @app.get("/ready")
 def ready() -> dict:
-    return {"restored": app.state.restored, "warmup_seconds": round(app.state.warmup, 3), **cache_counters()}
+    calls = dict(getattr(app.state.compiled, "calls", {}))  # the one call: what served the calls so far
+    return {"restored": app.state.restored, "warmup_seconds": round(app.state.warmup, 3), "calls": calls,
+            "dynamo_imported": "torch._dynamo" in sys.modules, **cache_counters()}
 
 
 @app.post("/predict")

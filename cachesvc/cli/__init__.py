@@ -20,6 +20,8 @@ from typing import Optional
 
 import click
 
+from cachesvc_client.cli_support import Size  # the client's size flag type: 500G, 1.5TB, 10GiB, 2048
+
 from .. import __version__, config
 from . import render
 from .failures import BadUsage, needs_server
@@ -69,22 +71,6 @@ class FiniteFloat(click.ParamType):
         if number != number or number in (float("inf"), float("-inf")):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
-
-
-class Size(click.ParamType):
-    """Bytes, as ``500G``, ``500GB``, ``1.5T``, ``64MiB`` or ``500000000000`` (``cachesvc_client.units``)."""
-
-    name = "size"
-
-    def convert(self, value, param, ctx):
-        from cachesvc_client.units import parse_size
-
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_size(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 def admin_options(fn):

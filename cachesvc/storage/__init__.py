@@ -28,7 +28,6 @@ botocore type leaves this package.
 from __future__ import annotations
 
 import abc
-import os
 import tempfile
 from typing import BinaryIO, Dict, Iterator, Optional
 from urllib.parse import urlparse
@@ -121,18 +120,10 @@ class Storage(abc.ABC):
         return None
 
     def promote(self, src: str, dst: str) -> None:
-        """Move object ``src`` to ``dst`` (an upload checked in its incoming place becomes the stored
-        object). Raises BlobNotFound, StorageError."""
-        fd, tmp = tempfile.mkstemp(dir=self.temp_dir(), prefix=".promote-")
-        try:
-            with os.fdopen(fd, "wb") as out, self.open(src) as body:
-                for chunk in iter(lambda: body.read(1 << 20), b""):
-                    out.write(chunk)
-            self.put_file(dst, tmp)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        self.delete(src)
+        """Move object ``src`` to ``dst`` within the backend (an upload checked in its incoming place
+        becomes the stored object). Raises BlobNotFound, StorageError. Only a backend whose
+        ``upload_target`` presigns has incoming uploads to move."""
+        raise NotImplementedError(f"{type(self).__name__} hands out no presigned uploads to move into place")
 
     def temp_dir(self) -> str:
         """Where uploads are received before ``put_file`` stores them: a folder on the objects' own

@@ -21,6 +21,7 @@ Memory per decode: one chunk of input, one chunk of output and the window
 """
 from __future__ import annotations
 
+import io
 from typing import BinaryIO, Iterator, Optional
 
 import zstandard
@@ -103,16 +104,6 @@ class Decode:
             raise BadBlob("the zstd stream is empty")
 
 
-class _Bytes:
-    def __init__(self, data):
-        self.view, self.pos = memoryview(data), 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self.view) if n < 0 else min(len(self.view), self.pos + n)
-        out, self.pos = bytes(self.view[self.pos:end]), end
-        return out
-
-
 def decode_all(raw, encoding: str, limit: int) -> bytes:
     """The decoded bytes of ``raw`` (bytes-like; at most ``limit`` of them). Raises BadBlob."""
-    return b"".join(Decode(_Bytes(raw), encoding, limit))
+    return b"".join(Decode(io.BytesIO(raw), encoding, limit))

@@ -1,9 +1,12 @@
 """Small builders shared by the service and client tests."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
-from typing import Dict, List, Optional
+import http.server
+import threading
+from typing import Callable, Dict, Iterator, List, Optional
 
 import requests
 import zstandard
@@ -86,3 +89,30 @@ def zstd_bomb(decoded: int = 4 << 30, frame_mib: int = 128) -> bytes:
     """zstd bytes that decode to ``decoded`` bytes of zeros (a multiple of ``frame_mib`` MiB): frames of
     ``frame_mib`` MiB each, so 4 GiB take about 130 KiB. ``frame_mib=decoded >> 20`` makes one frame."""
     return _zeros_frame(frame_mib) * (decoded // (frame_mib << 20))
+
+
+@contextlib.contextmanager
+def foreign_web_server(body: bytes, status: Callable[[str], int] = lambda path: 404,
+                       content_type: str = "text/html") -> Iterator[str]:
+    """A web server on loopback that is not cachesvc: every GET and POST gets ``body`` with
+    ``status(path)``. Yields its URL."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            self.send_response(status(self.path))
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -7,13 +7,11 @@ stdout; -q prints nothing but warnings.
 """
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Dict
 
@@ -23,7 +21,7 @@ from cachesvc_client import __version__
 from cachesvc_client.report import RestoreReport
 from cachesvc_client.verify import judge, record_verdict
 from tests.client.test_artifacts import one_backend
-from tests.helpers import ENV, key, publish
+from tests.helpers import ENV, foreign_web_server, key, publish
 
 NAME, SHAPE = "mlp", "f32[8,256]"
 ENV_VARS = {f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()}  # the key's environment, no torch import
@@ -156,30 +154,14 @@ def test_a_hit_prints_its_summary_once_on_stdout_and_quiet_prints_nothing(publis
     assert "miss" in one_line(strict.stderr)
 
 
-class _NotCachesvc(http.server.BaseHTTPRequestHandler):
-    """Some other web server at the configured URL: an HTML 404 of several lines for everything."""
-
-    def do_GET(self):
-        body = b"<html>\n<head><title>404 Not Found</title></head>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n"
-        self.send_response(404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+#: some other web server at the configured URL: an HTML 404 of several lines for everything
+NOT_CACHESVC = b"<html>\n<head><title>404 Not Found</title></head>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n"
 
 
 def test_another_web_server_at_the_url_is_a_miss_told_in_one_line(tmp_path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotCachesvc)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": f"http://127.0.0.1:{server.server_port}"}
+    with foreign_web_server(NOT_CACHESVC) as url:
+        env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": url}
         out = cli(env, "restore", "--name", NAME, "--shape", SHAPE)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert out.returncode == 0 and out.stdout == "", out
     line = one_line(out.stderr)
     assert line.startswith("cachesvc-client: warning: ") and "404" in line and "cold" not in line

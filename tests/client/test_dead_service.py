@@ -12,14 +12,12 @@ the miss, its reason and that the reported seconds are the real ones.
 """
 from __future__ import annotations
 
-import http.server
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -28,7 +26,7 @@ from bench.dead_service import UNROUTABLE, in_blackhole
 from cachesvc_client import CacheClient, CacheClientError
 from cachesvc_client.transport import ServiceAPI
 from tests.client.test_publish_restore import closed_port, enter_container
-from tests.helpers import ENV
+from tests.helpers import ENV, foreign_web_server
 from tests.reliability.conftest import ENV_VARS
 from tests.reliability.faults import client_env
 
@@ -92,24 +90,9 @@ def test_an_unroutable_service_is_a_miss_after_the_connect_timeout(tmp_path):
 @pytest.fixture
 def wrong_server():
     """A web server that is not cachesvc: an HTML 404 for every path, or a 200 HTML page at ``/ok/``."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            status = 200 if self.path.startswith("/ok/") else 404
-            body = PAGE.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with foreign_web_server(PAGE.encode(), status=lambda path: 200 if path.startswith("/ok/") else 404,
+                            content_type="text/html; charset=utf-8") as url:
+        yield url
 
 
 def test_a_non_cachesvc_404_is_summarised_once(wrong_server, tmp_path, monkeypatch, caplog):

@@ -3,13 +3,10 @@ line one line saying what to check (exit 1), never a traceback; the admin API's 
 modes; the --url mode prints and exits as the direct mode does; nothing is made for a mistyped URL."""
 from __future__ import annotations
 
-import contextlib
-import http.server
 import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -20,6 +17,7 @@ from sqlalchemy import func, select
 from cachesvc import db
 from cachesvc.cli import main
 from cachesvc.models import AuditRecord, Token, Version
+from tests.helpers import foreign_web_server
 from tests.service.test_purge_gc import LOCAL, SQLITE, age, catalog  # noqa: F401 - catalog is a fixture
 
 SURROGATE = "x\udcff"  # what a name in another encoding becomes in argv (surrogateescape)
@@ -242,26 +240,6 @@ def test_the_url_mode_says_what_is_wrong_with_the_url_or_the_token(app, live_ser
     assert_one_line(err)
 
 
-@contextlib.contextmanager
 def html_server():
     """A web server on loopback that answers everything with an HTML 404 page."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = b"<html><body>Not Found</body></html>"
-            self.send_response(404)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return foreign_web_server(b"<html><body>Not Found</body></html>")

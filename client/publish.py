@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, answers, driver_helpers, packing, roots as roots_mod
+from . import __version__, answers, driver_helpers, keys, packing, roots as roots_mod
 from .encoding import encode, file_sha256
 from .errors import BlobsMissing, InvalidRequest, ServiceUnavailable
 from .fingerprint import torch_dir
@@ -249,7 +249,8 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
                                                                for r in wanted)
                              + " holds no cache files; publish after the compile, from the process (or cache dir) "
                                "that ran it", code="empty_manifest")
-    roots = driver_helpers.add(files, where, roots)  # Triton's driver helper where a restored process looks
+    if kind == keys.DEFAULT_KIND:  # a folder snapshot: Triton's driver helper where a restored process looks
+        roots = driver_helpers.add(files, where, roots)  # (an artifact kind's version is its one file)
     log.info("publish %s: %d files, %.1f MB in %d roots, hashed in %.1f s", key["name"], len(files),
              sum(f["size"] for f in files) / 1e6, len(roots), time.monotonic() - start)
     body = {

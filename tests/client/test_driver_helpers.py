@@ -110,3 +110,23 @@ def test_restore_of_a_compiling_process_snapshot_brings_the_helper_to_tritons_di
     got = client_for(live_server.url, cache_dir=str(b / "cache")).restore(NAME, SHAPE, env=ENV)
     assert got.hit and not got.failed, got
     assert (b / "home/.triton/cache" / KEY / helper.name).read_bytes() == helper.read_bytes()
+
+
+def test_an_artifact_published_by_a_process_with_the_helper_loaded_is_its_one_file(live_server, tmp_path, monkeypatch,
+                                                                                  load_helper):
+    """On the H200 the one call's package version carried the helper under a triton root, which an
+    artifact fetch refuses ("unknown root role 'triton'"): every restart missed (docs/gpu.md, run 13)."""
+    a = enter_container(monkeypatch, tmp_path / "a")
+    load_helper(a / "home/.triton/cache")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(a / "cache/triton/0"))
+    package = tmp_path / "model.pt2"
+    package.write_bytes(b"a package's bytes")
+    client = client_for(live_server.url)
+    report = client.publish_precompiled(NAME, SHAPE, str(package), "pt2-package", env=ENV)
+    assert report.status == "committed" and set(report.roots) == {"artifact"}, report.roots
+
+    enter_container(monkeypatch, tmp_path / "b")
+    got = client_for(live_server.url, cache_dir=str(tmp_path / "b/cache")).restore(NAME, SHAPE, env=ENV,
+                                                                                    kind="pt2-package")
+    assert got.hit, got.reason
+    assert [Path(p).read_bytes() for p in got.artifacts] == [package.read_bytes()]

@@ -33,8 +33,10 @@ __version__ = "0.1.0"
 _PUBLIC: Dict[str, str] = {
     "CacheClient": "client",
     "CacheClientError": "errors",
-    "CompiledModel": "compile",
-    "compile": "compile",  # the function; its module is cachesvc_client.compile too, resolved here to the function
+    "CompiledModel": "one_call",
+    # the function lives in one_call, not in a module named compile: importing a submodule sets the
+    # package's attribute of that name, and cachesvc_client.compile would then be the module
+    "compile": "one_call",
     "PublishReport": "report",
     "RestoreReport": "report",
     "apply_torch_fixes": "torch_fixes",
@@ -77,7 +79,7 @@ def __dir__() -> List[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
     from .artifacts import load_precompiled, precompile_function, precompile_package
     from .client import CacheClient
-    from .compile import CompiledModel, compile  # noqa: A004
+    from .one_call import CompiledModel, compile  # noqa: A004
     from .errors import CacheClientError
     from .fingerprint import environment, shape_signature
     from .keyenv import load_env_file

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cachesvc_client import compile_spec  # noqa: E402
-from cachesvc_client.compile import choose_route  # noqa: E402
+from cachesvc_client.one_call import choose_route  # noqa: E402
 from cachesvc_client.errors import CacheClientError  # noqa: E402
 
 
@@ -70,3 +70,17 @@ def test_importing_the_client_with_compile_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) is False
+
+
+def test_compile_stays_the_function_whichever_submodule_was_imported_first():
+    """When the function lived in cachesvc_client/compile.py, importing that module (as a test or a user
+    might) set the package's ``compile`` attribute to the module: ``cachesvc_client.compile(...)`` then
+    raised "'module' object is not callable"."""
+    import subprocess
+    import sys
+
+    code = ("import cachesvc_client.one_call, cachesvc_client.compile_publish, cachesvc_client.compile_spec, "
+            "cachesvc_client; f = cachesvc_client.compile; "
+            "assert callable(f) and f.__module__ == 'cachesvc_client.one_call', f")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

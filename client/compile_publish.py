@@ -1,17 +1,19 @@
 """After a miss's first call: publish the snapshot and build, check and publish the precompiled artifact.
 
-Runs in one background thread so the process keeps serving. The package is
-built from a copy of the model while holding Dynamo's compile lock, so a
-recompile in the serving thread waits instead of running under the
-builder's Inductor config patches. Before anything is published the package
-is run the way a hit runs it, in a fresh child process (route_aoti.verify),
-and compared with eager on the example inputs: a package that does not
+The model is exported in the thread that made the first call, right after it
+(route_aoti.export says why not in the background); the rest runs in one
+background thread so the process keeps serving: the snapshot is published,
+the package is built from the exported program in a child process (no
+Inductor config patches, fx state or GIL held in this one), then run the way
+a hit runs it, in another fresh child process (route_aoti.verify), and
+compared with eager on the example inputs: a package that does not
 reproduce the model, or whose loader crashes, is never published.
 """
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -29,6 +31,19 @@ class Publisher:
         self.result: Dict[str, Any] = {}
         self._thread = threading.Thread(target=self._run, name=f"cachesvc-compile-publish-{key['name']}",
                                         daemon=True)
+        self._work: Optional[str] = None  # the exported program's folder, removed when the thread ends
+        self._not_exported = ""
+
+    def export(self) -> None:
+        """Export the model for the package (the aoti route). Never raises: a failure is the artifact's error."""
+        c = self.compiled
+        if c.route != "aoti" or route_aoti.support():
+            return
+        self._work = tempfile.mkdtemp(prefix="cachesvc-compile-")
+        try:
+            route_aoti.export(c.model, c.example_inputs, os.path.join(self._work, "exported.pt2"))
+        except Exception as exc:  # noqa: BLE001 - torch.export refuses many models; the call's result is good
+            self._not_exported = f"torch.export failed: {_why(exc)}"
 
     def start(self) -> None:
         self._thread.start()
@@ -52,25 +67,26 @@ class Publisher:
         except Exception as exc:  # noqa: BLE001 - as above; the next miss tries again
             self.result["artifact"] = {"error": _why(exc)}
             log.warning("cachesvc compile %s: the precompiled artifact was not published: %s", c.name, _why(exc))
+        finally:
+            if self._work:
+                shutil.rmtree(self._work, ignore_errors=True)
 
     def _artifact(self) -> Dict[str, Any]:
-        import torch._dynamo.convert_frame as convert_frame
-
         c = self.compiled
         why = route_aoti.support()
         if why:
             return {"skipped": why}
-        with tempfile.TemporaryDirectory(prefix="cachesvc-compile-") as tmp:
-            path = os.path.join(tmp, artifacts.FILENAMES[route_aoti.KIND])
-            started = time.monotonic()
-            with convert_frame.compile_lock:
-                route_aoti.build(c.model, c.example_inputs, path, mode=c.mode)
-            build_seconds = time.monotonic() - started
-            route_aoti.verify(path, c.model, c.example_inputs, c.device)
-            meta = dict(artifacts.artifact_meta(route_aoti.KIND, c.example_inputs, c.device),
-                        **route_aoti.host_meta(c.device), structure=c.tags["structure"])
-            report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path=path, meta=meta,
-                                            compile_seconds=build_seconds)
+        if self._not_exported or not self._work:
+            raise CacheClientError(self._not_exported or "the model was not exported")
+        path = os.path.join(self._work, artifacts.FILENAMES[route_aoti.KIND])
+        started = time.monotonic()
+        route_aoti.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode)
+        build_seconds = time.monotonic() - started
+        route_aoti.verify(path, c.model, c.example_inputs, c.device)
+        meta = dict(artifacts.artifact_meta(route_aoti.KIND, c.example_inputs, c.device),
+                    **route_aoti.host_meta(c.device), structure=c.tags["structure"])
+        report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path=path, meta=meta,
+                                        compile_seconds=build_seconds)
         log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s): %s",
                  c.name, build_seconds, report.summary())
         return dict(report.to_dict(), build_s=build_seconds)

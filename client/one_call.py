@@ -171,6 +171,8 @@ class CompiledModel:
             log.warning("cachesvc compile %s: not publishing: %s", self.name, exc)
             return
         self._publisher = compile_publish.Publisher(self, key)
+        # the export here, in the thread that made the first call, not in the background beside later calls
+        self._publisher.export()
         self._publisher.start()
 
     def wait_published(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:

@@ -1,0 +1,64 @@
+"""Where a miss's package is made: export in the thread that called, the build in a child process.
+
+On the H200 (torch 2.11) a cold one-call ViT-B/16 died (KeyError 'custom',
+then terminate) when the background thread exported the model while the
+serving thread ran compiled calls: both set torch.fx's module-level node
+metadata (docs/gpu.md, run 13). So no torch.export, and no Inductor build,
+may run in the background thread beside the serving one. These spy on the
+real functions (calling through), keep calling the compiled model while the
+publish runs, and check who ran what.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import cachesvc_client  # noqa: E402
+from cachesvc_client import route_aoti  # noqa: E402
+from tests.client.test_artifacts import one_backend  # noqa: E402
+from tests.client.test_publish_restore import client_for, enter_container  # noqa: E402
+
+# torch.compile in this process: torch's own modules warn as Inductor imports them (torch.jit, pytree)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+@one_backend  # where the work runs does not depend on the service's backends
+def test_a_miss_exports_in_the_calling_thread_and_builds_the_package_in_a_child(live_server, tmp_path,
+                                                                                monkeypatch):
+    if route_aoti.support():
+        pytest.skip(route_aoti.support())
+    enter_container(monkeypatch, tmp_path / "a")
+    exporters, in_process_builds = [], []
+    real_export, real_package = torch.export.export, torch._inductor.aoti_compile_and_package
+
+    def export_spy(*a, **kw):
+        exporters.append(threading.current_thread().name)
+        return real_export(*a, **kw)
+
+    def package_spy(*a, **kw):
+        in_process_builds.append(threading.current_thread().name)
+        return real_package(*a, **kw)
+
+    monkeypatch.setattr(torch.export, "export", export_spy)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", package_spy)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+    x = torch.randn(2, 16)
+    compiled = cachesvc_client.compile(model, (x,), name="threads", client=client_for(live_server.url),
+                                       publish=True)
+    with torch.no_grad():
+        want = model(x)
+        first = compiled(x)
+        calls = 1
+        while compiled.wait_published(timeout=0.05)["done"] is False:  # serve while the package is made
+            torch.testing.assert_close(compiled(x), want)
+            calls += 1
+    result = compiled.wait_published()
+    torch.testing.assert_close(first, want)
+    assert result["artifact"].get("status") == "committed", result
+    assert exporters == [threading.main_thread().name], exporters  # once, in the thread that called
+    assert in_process_builds == [], in_process_builds  # Inductor built the package in a child process
+    assert calls > 1  # the model served during the build

@@ -193,7 +193,9 @@ def service_source(ref: Optional[str], dest: Path) -> Dict[str, str]:
         import shutil
 
         skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-        shutil.copytree(REPO / "cachesvc", dest / "cachesvc", ignore=skip)
+        # "migrations" skipped in cachesvc/: on the GPU machine bench/gpu_setup.sh links it there
+        shutil.copytree(REPO / "cachesvc", dest / "cachesvc", ignore=shutil.ignore_patterns("__pycache__", "*.pyc",
+                                                                                          "migrations"))
         shutil.copytree(REPO / "migrations", dest / "cachesvc" / "migrations", ignore=skip)
     else:
         import io
@@ -203,7 +205,9 @@ def service_source(ref: Optional[str], dest: Path) -> Dict[str, str]:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(dest, filter="data")
         (dest / "migrations").rename(dest / "cachesvc" / "migrations")
-    return {"PYTHONPATH": str(dest), "PYTHONSAFEPATH": "1"}  # safe path: not the cwd's cachesvc/
+    # first on the path; what was on it stays after (where nothing is installed, the client and the wheels)
+    path = os.pathsep.join(p for p in (str(dest), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "PYTHONSAFEPATH": "1"}  # safe path: not the cwd's cachesvc/
 
 
 def describe_source(ref: str, paths: Sequence[str]) -> str:

@@ -42,6 +42,7 @@ the rounds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -62,6 +63,8 @@ from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
 CONTENDERS = ["cold", "eager", "cachesvc-compile", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis",
               "cachesvc-mega", "cachesvc-aot", "cachesvc-pt2", "cachesvc-remote"]
 #: contenders that restore a version of another kind from cachesvc (local backend) -> that kind
+#: contenders that need the S3 server (and the service on it); without them neither is started
+S3_CONTENDERS = ("cachesvc-s3", "megacache-s3", "tarball-s3")
 KIND_CONTENDERS = {"cachesvc-mega": "mega-cache", "cachesvc-aot": "aot-function", "cachesvc-pt2": "pt2-package"}
 OPTIONAL = ["cachesvc-local-serial"]  # run only when --contenders names them
 
@@ -112,11 +115,13 @@ def worker_args(model: str, device: str, steps: int = 0) -> List[str]:
 
 
 class Bench:
-    def __init__(self, work: Path, s3: S3Server, local: ServiceProcess, s3svc: ServiceProcess, bucket: str,
-                 redis_db: Optional[RedisDB], device: str = "cpu", kinds: Optional[List[str]] = None,
-                 steps: int = 0):
+    def __init__(self, work: Path, s3: Optional[S3Server], local: ServiceProcess, s3svc: Optional[ServiceProcess],
+                 bucket: str, redis_db: Optional[RedisDB], device: str = "cpu", kinds: Optional[List[str]] = None,
+                 steps: int = 0, one_call: bool = True):
+        """``s3``/``s3svc`` None: no S3 contender runs, the seed fills the local service only;
+        ``one_call`` False: no seed through the one call (a cold compile and a package build per model)."""
         self.work, self.s3, self.local, self.s3svc, self.bucket, self.redis = work, s3, local, s3svc, bucket, redis_db
-        self.device, self.steps = device, steps
+        self.device, self.steps, self.one_call = device, steps, one_call
         #: the other kinds to publish at seed time (those whose contenders run): each costs a compile
         self.kinds = list(KIND_CONTENDERS.values()) if kinds is None else kinds
         self.seeds: Dict[str, dict] = {}
@@ -139,22 +144,28 @@ class Bench:
         # (seed_redis fills Redis from its own cold container).
         cold = ctr.run_worker(*m, "--publish", "--after-hook", "bench.contenders:megacache_save",
                               BENCH_MEGA_OUT=str(mega), **self.local.client_env())
-        again = ctr.run_worker(*m, "--publish", **self.s3svc.client_env())
+        copy_src = self.work / f"copy-src-{model}"
+        shutil.copytree(ctr.cache_dir, copy_src, ignore=shutil.ignore_patterns(".cachesvc"))
+        seed = {"cold_first_call_s": cold["first_call_s"], "publish_local": cold["publish"],
+                "megacache": cold.get("after", {}), "copy_src": str(copy_src)}
+        if self.s3 is not None:
+            seed.update(self.seed_s3(ctr, model, mega))
+        seed["kinds"] = self.seed_kinds(ctr, model)
+        if self.one_call:
+            seed["compile"] = self.seed_compile(model)
+        shutil.rmtree(ctr.root)
+        self.seeds[model] = seed
+        return seed
+
+    def seed_s3(self, ctr: Container, model: str, mega: Path) -> dict:
+        """The S3 stores: cachesvc on S3 (the seed container publishes again), the Mega-Cache blob, the tarball."""
+        again = ctr.run_worker(*worker_args(model, self.device), "--publish", **self.s3svc.client_env())
         client = self.s3.client()
         client.upload_file(str(mega), self.bucket, f"mega/{model}.bin")
         tar = self.work / f"tar-{model}.tar.zst"
         tar_info = make_tarball(tar, container_roots(ctr))
         client.upload_file(str(tar), self.bucket, f"tar/{model}.tar.zst")
-        copy_src = self.work / f"copy-src-{model}"
-        shutil.copytree(ctr.cache_dir, copy_src, ignore=shutil.ignore_patterns(".cachesvc"))
-        seed = {"cold_first_call_s": cold["first_call_s"], "publish_local": cold["publish"],
-                "publish_s3": again["publish"], "megacache": cold.get("after", {}), "tarball": tar_info,
-                "copy_src": str(copy_src)}
-        seed["kinds"] = self.seed_kinds(ctr, model)
-        seed["compile"] = self.seed_compile(model)
-        shutil.rmtree(ctr.root)
-        self.seeds[model] = seed
-        return seed
+        return {"publish_s3": again["publish"], "tarball": tar_info}
 
     def seed_kinds(self, ctr: Container, model: str) -> Dict[str, dict]:
         """Publish the other kinds to cachesvc (local) from the seed container: kind -> publish report or skip."""
@@ -208,7 +219,7 @@ class Bench:
         os.sync()
         ctr = self.fresh(f"{contender}-{model}")
         m = worker_args(model, self.device, self.steps)
-        s3env = {**self.s3.env(), "BENCH_BUCKET": self.bucket}
+        s3env = {**self.s3.env(), "BENCH_BUCKET": self.bucket} if self.s3 is not None else {}
         try:
             if contender == "cold":
                 cold = ctr.run_worker(*m)
@@ -300,37 +311,43 @@ def main(argv=None) -> dict:
     info = device_info(args.device)
     t0 = time.monotonic()
     try:
-        with S3Server(work / "s3") as s3:
-            bucket = s3.new_bucket("bench")
-            with service(work / "svc-local", svc_env) as local, \
-                    service(work / "svc-s3", svc_env, s3.service_env(bucket, "cachesvc")) as s3svc:
-                bench = Bench(work, s3, local, s3svc, bucket, redis_db, args.device,
-                              [k for c, k in KIND_CONTENDERS.items() if c in contenders], args.steps)
-                samples: List[dict] = []
+        with contextlib.ExitStack() as stack:
+            s3 = s3svc = None
+            bucket = "bench"
+            if any(c in S3_CONTENDERS for c in contenders):
+                s3 = stack.enter_context(S3Server(work / "s3"))
+                bucket = s3.new_bucket(bucket)
+                s3svc = stack.enter_context(service(work / "svc-s3", svc_env, s3.service_env(bucket, "cachesvc")))
+            local = stack.enter_context(service(work / "svc-local", svc_env))
+            bench = Bench(work, s3, local, s3svc, bucket, redis_db, args.device,
+                          [k for c, k in KIND_CONTENDERS.items() if c in contenders], args.steps,
+                          one_call="cachesvc-compile" in contenders)
+            samples: List[dict] = []
 
-                def document() -> dict:
-                    return {"section": "ttfi", "models": models, "repeats": args.repeats, "order": "shuffled", **info,
-                            "rows": summarize(samples, models, CONTENDERS + OPTIONAL), "samples": samples, "seeds": bench.seeds,
-                            "seconds": time.monotonic() - t0}
+            def document() -> dict:
+                return {"section": "ttfi", "models": models, "repeats": args.repeats, "order": "shuffled", **info,
+                        "rows": summarize(samples, models, CONTENDERS + OPTIONAL), "samples": samples, "seeds": bench.seeds,
+                        "seconds": time.monotonic() - t0}
+            for model in models:
+                log(f"seed {model}: compile once, fill cachesvc (local{', S3' if s3 else ''}), Mega-Cache"
+                    f"{', tarball' if s3 else ''}")
+                bench.seed(model)
+            for rnd in range(args.repeats):
                 for model in models:
-                    log(f"seed {model}: compile once, fill cachesvc (local, S3), Mega-Cache, tarball")
-                    bench.seed(model)
-                for rnd in range(args.repeats):
-                    for model in models:
-                        # A new order each round (seeded: a rerun repeats it). A rotation kept every
-                        # contender behind the same one (cachesvc-local always ran right after the
-                        # copy-cache-dir container's 17 s of C++ builds).
-                        order = contenders[:]
-                        random.Random(f"{rnd}/{model}").shuffle(order)
-                        for c in order:
-                            for r in bench.run(model, c):
-                                s = sample_row(r, model, rnd)
-                                samples.append(s)
-                                if args.out:  # after every sample: a run stopped by a time limit keeps what it measured
-                                    write_json(Path(args.out), document())
-                                log(f"round {rnd + 1}/{args.repeats} {model:8} {s['contender']:15} "
-                                    f"restore {s['restore_s']:6.2f}  first call {s['first_call_s']:6.2f}  "
-                                    f"sum {s['total_s']:6.2f}  ready {s['ready_s']:6.2f}  fx hit/miss {s['fxgraph_hit']}/{s['fxgraph_miss']}")
+                    # A new order each round (seeded: a rerun repeats it). A rotation kept every
+                    # contender behind the same one (cachesvc-local always ran right after the
+                    # copy-cache-dir container's 17 s of C++ builds).
+                    order = contenders[:]
+                    random.Random(f"{rnd}/{model}").shuffle(order)
+                    for c in order:
+                        for r in bench.run(model, c):
+                            s = sample_row(r, model, rnd)
+                            samples.append(s)
+                            if args.out:  # after every sample: a run stopped by a time limit keeps what it measured
+                                write_json(Path(args.out), document())
+                            log(f"round {rnd + 1}/{args.repeats} {model:8} {s['contender']:15} "
+                                f"restore {s['restore_s']:6.2f}  first call {s['first_call_s']:6.2f}  "
+                                f"sum {s['total_s']:6.2f}  ready {s['ready_s']:6.2f}  fx hit/miss {s['fxgraph_hit']}/{s['fxgraph_miss']}")
         doc = document()
         print_summary(doc["rows"])
         if args.out:

@@ -119,7 +119,10 @@ def build_here(exported: str, path: str, mode: Optional[str]) -> None:
     import torch
     import torch._inductor.config as inductor_config
 
-    options = {"aot_inductor.package_constants_in_so": False}
+    # always_keep_tensor_constants: Inductor otherwise inlines small tensors (a 4-element bias) into the
+    # kernels' code, where the live model's values never reach them: the package would run on the
+    # builder's bias, whatever the process loaded
+    options = {"aot_inductor.package_constants_in_so": False, "always_keep_tensor_constants": True}
     if mode and "max-autotune" in mode:
         options["max_autotune"] = True
     with aoti_cxx.self_contained_compiler() as (cxx, why_not):
@@ -168,6 +171,19 @@ class Runner:
         return self._unflatten(self._loader.run(list(args)), self._out_spec)
 
 
+def _perturb(model: Any) -> None:
+    """Scale every floating parameter and buffer of ``model`` in place by seeded factors in [0.5, 1.5]
+    (signs kept: a BatchNorm's running variance stays positive)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(18)
+    with torch.no_grad():
+        for t in (*model.parameters(), *model.buffers()):
+            if t.is_floating_point():
+                factor = torch.rand(t.shape, generator=gen, dtype=torch.float32) + 0.5
+                t.mul_(factor.to(device=t.device, dtype=t.dtype))
+
+
 def tolerance(dtype: Any, device: str = "cpu") -> float:
     import torch
 
@@ -181,11 +197,17 @@ def tolerance(dtype: Any, device: str = "cpu") -> float:
 
 def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *, timeout: float = 300) -> None:
     """Run the built package in a child process, as a fresh hit would, and compare it with eager; raise on a
-    difference or a crash. A child: a loader that dies (torch 2.11's did on the H200) takes only the child."""
+    difference or a crash. A child: a loader that dies (torch 2.11's did on the H200) takes only the child.
+
+    Both run on weights the package was not built with (every floating parameter and buffer scaled
+    elementwise by a seeded factor in [0.5, 1.5]): a hit runs on whatever weights its process has,
+    so a package that kept any of the builder's values (an inlined constant, a folded one) must fail
+    here, not in production."""
     import torch
     from torch.utils import _pytree as pytree
 
     twin = copy.deepcopy(model)
+    _perturb(twin)
     with torch.no_grad():
         want = pytree.tree_leaves(twin(*example_inputs))
     with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
@@ -200,4 +222,8 @@ def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
         raise LoadFailed(f"the package returned {len(got)} outputs; eager {len(want)}")
     for g, w in zip(got, want):
         tol = tolerance(w.dtype, device)
-        torch.testing.assert_close(g, w.cpu(), rtol=tol, atol=tol)
+        try:
+            torch.testing.assert_close(g, w.cpu(), rtol=tol, atol=tol)
+        except AssertionError as exc:
+            detail = " ".join(str(exc).split())[:300]
+            raise LoadFailed(f"the package does not reproduce eager on weights it was not built with: {detail}") from None

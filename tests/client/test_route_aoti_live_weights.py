@@ -1,0 +1,58 @@
+"""A hit's package runs on the process's own weights, every one of them (route_aoti).
+
+A weightless package gets the live model's tensors through load_constants.
+Inductor inlines small tensors into the kernels' code unless told not to: a
+Linear(8, 4)'s bias then never reached the package, which ran on the
+builder's bias in every process that loaded it. The build keeps every
+tensor a constant, and the publish-time check runs on weights the package
+was not built with, so a package that kept any builder value is refused.
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cachesvc_client import route_aoti  # noqa: E402
+from cachesvc_client.artifacts import LoadFailed  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+def small(seed: int):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 4)).eval()  # a 4-element bias: what Inductor inlines
+
+
+@pytest.fixture(scope="module")
+def x():
+    return torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+
+
+def test_a_package_runs_on_the_live_weights_small_bias_included(tmp_path, x):
+    if route_aoti.support():
+        pytest.skip(route_aoti.support())
+    route_aoti.export(small(0), (x,), str(tmp_path / "exported.pt2"))
+    route_aoti.build(str(tmp_path / "exported.pt2"), str(tmp_path / "model.pt2"), mode=None)
+    other = small(7)
+    runner = route_aoti.Runner(str(tmp_path / "model.pt2"), route_aoti.live_constants(other), "cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(runner(x), other(x))
+        other[0].bias.add_(1.0)  # an in-place update after loading is seen too
+        torch.testing.assert_close(runner(x), other(x))
+    route_aoti.verify(str(tmp_path / "model.pt2"), small(0), (x,), "cpu")  # and it passes the check
+
+
+def test_the_check_refuses_a_package_that_kept_the_builders_values(tmp_path, x):
+    if route_aoti.support():
+        pytest.skip(route_aoti.support())
+    import torch._inductor.config as inductor_config
+
+    model = small(0)
+    with torch.no_grad(), inductor_config.patch({"aot_inductor.package_constants_in_so": False}):
+        # what the build did before: the bias inlined into the kernel
+        path = torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)),
+                                                         package_path=str(tmp_path / "inlined.pt2"))
+    with pytest.raises(LoadFailed, match="does not reproduce eager on weights it was not built with"):
+        route_aoti.verify(path, model, (x,), "cpu")

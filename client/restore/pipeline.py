@@ -79,4 +79,5 @@ def fetch_into(api: ServiceAPI, report: RestoreReport, plan: Plan, *, blobs: Dic
             for t, _ in where:
                 report.failed.append(f"{t}: {problem}")
                 missing.add(t)
-    stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing}, report.stamp_record())
+    digests = {f"{f['root']}/{f['path']}": f["sha256"] for f in plan.files}
+    stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing}, digests, report.stamp_record())

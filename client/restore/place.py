@@ -2,7 +2,7 @@
 
     place(tmp, targets)            rename onto the first target, copy to the others; ``tmp`` gone either way
     locked(path, deadline)         one restore at a time per destination (a file lock), waiting until the deadline
-    Stamp(state_dir)               ``restored.json``: size and mtime of every file placed, per version
+    Stamp(state_dir)               ``restored.json``: size, mtime and sha256 of every file placed, per version
     stamp_file / load_stamp        where a cache dir's record lies, and what it says (``client.verify()``)
     sweep_temps(folders)           temp files left by restores that were killed
 
@@ -59,7 +59,12 @@ def place(tmp: str, targets: Targets) -> None:
 
 
 class Stamp:
-    """Size and mtime of files a restore placed, per version."""
+    """Size, mtime and sha256 of files a restore placed, per version.
+
+    The digest is part of what a later restore trusts without hashing: version ids are one service's
+    numbering, and a cache dir can outlive a service (another one, or the same one with a new database,
+    numbers its first versions 1, 2, ... again). With size and mtime alone, a file of the same size that
+    another service's same-numbered version placed was kept (docs/gpu.md, run 14's notes)."""
 
     def __init__(self, state_dir: str):
         self.path = os.path.join(state_dir, "restored.json")
@@ -72,7 +77,7 @@ class Stamp:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def load(self, version_id) -> Dict[str, Tuple[int, int]]:
+    def load(self, version_id) -> Dict[str, Tuple[int, int, str]]:
         try:
             with open(self.path) as f:
                 doc = json.load(f)
@@ -80,13 +85,15 @@ class Stamp:
         except (OSError, ValueError, KeyError, TypeError):
             return {}
 
-    def save(self, version_id, placed: Dict[str, str], extra: Optional[dict] = None) -> None:
+    def save(self, version_id, placed: Dict[str, str], digests: Dict[str, str],
+             extra: Optional[dict] = None) -> None:
+        """Record ``placed`` ("role/path" -> target), each with the sha256 the version gave it (``digests``)."""
         files = {}
         for k, target in placed.items():
             try:
                 st = os.stat(target)
-                files[k] = (st.st_size, st.st_mtime_ns)
-            except OSError:
+                files[k] = (st.st_size, st.st_mtime_ns, digests[k])
+            except (OSError, KeyError):
                 pass
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:

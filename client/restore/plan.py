@@ -110,7 +110,7 @@ Targets = List[Tuple[str, int]]
 
 
 def targets(report: RestoreReport, plan: Plan, blobs: Dict[str, dict], *,
-            known: Dict[str, Tuple[int, int]]) -> Tuple[Dict[str, Targets], Dict[str, str]]:
+            known: Dict[str, Tuple[int, int, str]]) -> Tuple[Dict[str, Targets], Dict[str, str]]:
     """(digest -> [(target, mode)] still to fetch, "role/path" -> target of every file to be in place);
     files already in place are counted, files that cannot be placed are reported failed."""
     wanted: Dict[str, Targets] = {}
@@ -129,7 +129,7 @@ def targets(report: RestoreReport, plan: Plan, blobs: Dict[str, dict], *,
         k = f"{f['root']}/{f['path']}"
         try:
             st = os.stat(target)
-            if known.get(k) == (st.st_size, st.st_mtime_ns) or same_file(target, f["size"], f["sha256"]):
+            if known.get(k) == (st.st_size, st.st_mtime_ns, f["sha256"]) or same_file(target, f["size"], f["sha256"]):
                 report.files_present += 1
                 placed[k] = target
                 continue

@@ -64,7 +64,8 @@ class Stamp:
     The digest is part of what a later restore trusts without hashing: version ids are one service's
     numbering, and a cache dir can outlive a service (another one, or the same one with a new database,
     numbers its first versions 1, 2, ... again). With size and mtime alone, a file of the same size that
-    another service's same-numbered version placed was kept (docs/gpu.md, run 14's notes)."""
+    another service's same-numbered version placed was kept (a one-call restart then ran a package
+    published for other weights)."""
 
     def __init__(self, state_dir: str):
         self.path = os.path.join(state_dir, "restored.json")

@@ -6,7 +6,7 @@ database, meets versions numbered 1, 2, ... again. The stamp once recorded
 size and mtime per version id only, so another service's version 2 found
 the first one's file of the same size "present" and kept it: a one-call
 restart ran a package published for other weights (found in the newcomer
-check, docs/gpu.md). Two real services here, each numbering its first
+check). Two real services here, each numbering its first
 version 1, with same-size files of different content at one path.
 """
 from __future__ import annotations

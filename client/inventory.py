@@ -59,7 +59,8 @@ def _file_state(root: Optional[str], rel: str, recorded) -> str:
         st = None
     if st is None:
         return "missing"
-    return "in_place" if [st.st_size, st.st_mtime_ns] == recorded else "changed"  # a JSON list; else: changed
+    # a JSON list [size, mtime_ns, sha256] (older stamps: without the digest); anything else: changed
+    return "in_place" if isinstance(recorded, list) and [st.st_size, st.st_mtime_ns] == recorded[:2] else "changed"
 
 
 def status_text(s: dict) -> str:

@@ -26,6 +26,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
               pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
+@pytest.fixture(autouse=True)
+def _process_recursion_limit():
+    """Inductor's compile_fx raises the recursion limit for good (2000); later tests in this process
+    (the service's nesting-depth answers) must see the interpreter's own."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)
+
+
 @one_backend  # where the work runs does not depend on the service's backends
 def test_a_miss_exports_in_the_calling_thread_and_builds_the_package_in_a_child(live_server, tmp_path,
                                                                                 monkeypatch):

@@ -20,6 +20,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
               pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
+@pytest.fixture(autouse=True)
+def _process_recursion_limit():
+    """Inductor's compile_fx raises the recursion limit for good (2000); later tests in this process
+    (the service's nesting-depth answers) must see the interpreter's own."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)
+
+
 def small(seed: int):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(8, 4)).eval()  # a 4-element bias: what Inductor inlines

@@ -8,6 +8,7 @@ import http.server
 import threading
 from typing import Callable, Dict, Iterator, List, Optional
 
+import pytest
 import requests
 import zstandard
 
@@ -116,3 +117,23 @@ def foreign_web_server(body: bytes, status: Callable[[str], int] = lambda path: 
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- tests that compile with Inductor inside the pytest process -------------------------------------------
+
+#: torch's own modules warn as Inductor imports them (torch.jit, pytree); the suite turns warnings into errors
+INDUCTOR_IN_PROCESS_MARKS = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+                             pytest.mark.filterwarnings("ignore::FutureWarning"),
+                             pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+@pytest.fixture
+def restore_recursion_limit():
+    """Inductor's compile_fx raises the recursion limit for good (2000); later tests in this process
+    (the service's nesting-depth answers) must see the interpreter's own. Modules that compile in-process
+    use it for every test: ``pytestmark = [*INDUCTOR_IN_PROCESS_MARKS, pytest.mark.usefixtures(...)]``."""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)

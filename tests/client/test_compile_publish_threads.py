@@ -18,23 +18,12 @@ torch = pytest.importorskip("torch")
 
 import cachesvc_client  # noqa: E402
 from cachesvc_client import route_aoti  # noqa: E402
+from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 from tests.client.test_artifacts import one_backend  # noqa: E402
 from tests.client.test_publish_restore import client_for, enter_container  # noqa: E402
 
-# torch.compile in this process: torch's own modules warn as Inductor imports them (torch.jit, pytree)
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = [*INDUCTOR_IN_PROCESS_MARKS, pytest.mark.usefixtures("restore_recursion_limit")]
 
-
-@pytest.fixture(autouse=True)
-def _process_recursion_limit():
-    """Inductor's compile_fx raises the recursion limit for good (2000); later tests in this process
-    (the service's nesting-depth answers) must see the interpreter's own."""
-    import sys
-
-    limit = sys.getrecursionlimit()
-    yield
-    sys.setrecursionlimit(limit)
 
 
 @one_backend  # where the work runs does not depend on the service's backends

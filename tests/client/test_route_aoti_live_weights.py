@@ -14,21 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cachesvc_client import route_aoti  # noqa: E402
+from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 from cachesvc_client.artifacts import LoadFailed  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = [*INDUCTOR_IN_PROCESS_MARKS, pytest.mark.usefixtures("restore_recursion_limit")]
 
-
-@pytest.fixture(autouse=True)
-def _process_recursion_limit():
-    """Inductor's compile_fx raises the recursion limit for good (2000); later tests in this process
-    (the service's nesting-depth answers) must see the interpreter's own."""
-    import sys
-
-    limit = sys.getrecursionlimit()
-    yield
-    sys.setrecursionlimit(limit)
 
 
 def small(seed: int):

@@ -232,7 +232,7 @@ def service(data_dir: Path, src_env: Dict[str, str], env: Optional[Dict[str, str
     """
     from demo.service import ServiceProcess
 
-    src = src_env.get("PYTHONPATH")
+    src = src_env.get("PYTHONPATH", "").split(os.pathsep)[0]  # the copy; the caller's path follows it
     if src and not (Path(src) / "cachesvc" / "auth.py").exists():
         try:
             return ServiceProcess(data_dir, env={**src_env, **(env or {})}, write_token=False, **kw)

@@ -1,14 +1,16 @@
 """The AOTInductor route's child processes (route_aoti): build a package, or run one once.
 
     python -m cachesvc_client.aoti_child build EXPORTED PACKAGE MODE
-    python -m cachesvc_client.aoti_child check PACKAGE GIVEN BACK DEVICE
+    python -m cachesvc_client.aoti_child check PACKAGE GIVEN BACK DEVICE [graph]
 
 ``build``: EXPORTED is the program route_aoti.export saved; the weightless
 package is built at PACKAGE with the self-contained compiler. ``check``:
 route_aoti.verify runs it before a package is published: GIVEN (torch.save
 of {"constants": {fqn: tensor}, "inputs": [tensor]}) is loaded, the package
 is opened the way a hit opens it, run once, and its outputs are saved to
-BACK. A crash or an error here stops the publish, not the process that
+BACK. With ``graph`` the run is captured into a CUDA graph first, on other
+values of the constants, which are then put back in place: what is saved is
+a replay, so a graph that kept the weights it was captured with fails. A crash or an error here stops the publish, not the process that
 asked for it.
 """
 from __future__ import annotations
@@ -16,15 +18,27 @@ from __future__ import annotations
 import sys
 
 
-def check(package: str, given: str, back: str, device: str) -> None:
+def check(package: str, given: str, back: str, device: str, graph: str = "") -> None:
     import torch
     from torch.utils import _pytree as pytree
 
     from cachesvc_client.route_aoti import Runner
 
-    data = torch.load(given)
+    data = torch.load(given, map_location=device)
+    constants, inputs = data["constants"], data["inputs"]
     with torch.no_grad():
-        out = Runner(package, data["constants"], device)(*data["inputs"])
+        runner = Runner(package, constants, device, cuda_graph=bool(graph))
+        if graph:
+            kept = {name: t.clone() for name, t in constants.items()}
+            for t in constants.values():
+                if t.is_floating_point():
+                    t.mul_(0.5)
+            runner(*inputs)  # the capture, on halved weights
+            if runner.capture_seconds is None:
+                raise SystemExit(f"capturing the package's run into a CUDA graph failed: {runner.capture_error}")
+            for name, t in constants.items():
+                t.copy_(kept[name])
+        out = runner(*inputs)
     torch.save([t.cpu() for t in pytree.tree_leaves(out)], back)
 
 

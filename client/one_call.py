@@ -51,8 +51,7 @@ def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any],
-                 mode: Optional[str] = None) -> "tuple[str, str]":
+def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> "tuple[str, str]":
     """(route, why): the best route this torch offers for these inputs and options."""
     forced = os.environ.get(ROUTE_VAR, "").strip()
     if forced:
@@ -62,8 +61,6 @@ def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any],
     backend = kwargs.get("backend", "inductor")
     if backend != "inductor":
         return "torch", f"backend {backend!r} (the precompiled route is Inductor's)"
-    if mode and "reduce-overhead" in mode:  # the package runs without CUDA graphs: slower at steady state
-        return "torch", f"mode {mode!r} (CUDA graphs: the package has no graph capture)"
     why = compile_spec.tensor_inputs(example_inputs) or route_aoti.loader_support()
     return ("torch", why) if why else ("aoti", "AOTInductor package + C++ loader")
 
@@ -83,7 +80,9 @@ class CompiledModel:
         self.device = str(example_inputs[0].device) if example_inputs and isinstance(
             example_inputs[0], torch.Tensor) else "cpu"
         self.shape = shape_signature(*example_inputs)
-        self.route, self.route_reason = choose_route(example_inputs, torch_compile_kwargs, mode)
+        self.route, self.route_reason = choose_route(example_inputs, torch_compile_kwargs)
+        #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (aoti_graph.py)
+        self.cuda_graph = route_aoti.wants_cuda_graph(mode, self.device)
         self.tags = {**dict(tags or {}), "mode": mode or "default", "compile": self.route,
                      "structure": compile_spec.structure_fingerprint(model),
                      "options": _options_digest(mode, torch_compile_kwargs)}
@@ -115,7 +114,8 @@ class CompiledModel:
         why = route_aoti.check_host(report.meta, self.device)
         if why is None:
             try:
-                self._runner = route_aoti.Runner(report.artifacts[0], route_aoti.live_constants(self.model), self.device)
+                self._runner = route_aoti.Runner(report.artifacts[0], route_aoti.live_constants(self.model),
+                                                 self.device, cuda_graph=self.cuda_graph)
             except CacheClientError as exc:
                 why = exc.message
         if why:
@@ -155,6 +155,11 @@ class CompiledModel:
 
                     self._compiled = torch.compile(self.model, mode=self.mode, **self.kwargs)
         return self._compiled
+
+    @property
+    def capture_seconds(self) -> Optional[float]:
+        """How long the hit's CUDA-graph capture took (reduce-overhead on a GPU), once it ran; else None."""
+        return self._runner.capture_seconds if self._runner is not None else None
 
     def _log_fallback(self, why: str) -> None:
         if why not in self._logged:

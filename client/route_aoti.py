@@ -18,14 +18,18 @@ process with the C++ loader), so the loader is used directly.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from . import aoti_cxx
 from .artifacts import LoadFailed
+
+log = logging.getLogger("cachesvc_client")
 
 KIND = "pt2-package"
 LOADER_API = ("run", "load_constants", "get_constant_fqns", "get_call_spec")
@@ -144,10 +148,18 @@ def live_constants(model: Any) -> Dict[str, Any]:
     return {name: t.detach() for name, t in (*model.named_parameters(), *model.named_buffers())}
 
 
-class Runner:
-    """A loaded package bound to live tensors: ``runner(*tensors)`` returns what the model would."""
+def wants_cuda_graph(mode: Optional[str], device: str) -> bool:
+    """reduce-overhead on a GPU: the package's run is replayed from a CUDA graph (aoti_graph.py)."""
+    return bool(mode) and "reduce-overhead" in mode and device.startswith("cuda")
 
-    def __init__(self, path: str, constants: Mapping[str, Any], device: str):
+
+class Runner:
+    """A loaded package bound to live tensors: ``runner(*tensors)`` returns what the model would.
+
+    ``cuda_graph``: the first call captures the run into a CUDA graph and every call replays it
+    (aoti_graph.py); a capture that fails is logged once and the package runs without one."""
+
+    def __init__(self, path: str, constants: Mapping[str, Any], device: str, *, cuda_graph: bool = False):
         import torch
         from torch.utils import _pytree as pytree
 
@@ -166,9 +178,31 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a package it cannot use
             raise LoadFailed(f"AOTIModelPackageLoader could not load {path}: {type(exc).__name__}: {exc}") from exc
         self._unflatten: Callable = pytree.tree_unflatten
+        self.cuda_graph = cuda_graph
+        self._graphed: Optional[Callable] = None
+        self.capture_seconds: Optional[float] = None
+        self.capture_error = ""
 
     def __call__(self, *args: Any) -> Any:
+        if self.cuda_graph:
+            if self._graphed is None:
+                self._capture(args)
+            if self._graphed is not None:
+                return self._unflatten(self._graphed(args), self._out_spec)
         return self._unflatten(self._loader.run(list(args)), self._out_spec)
+
+    def _capture(self, args: Sequence[Any]) -> None:
+        from .aoti_graph import GraphedRun
+
+        started = time.monotonic()
+        try:
+            self._graphed = GraphedRun(self._loader.run, args)
+        except Exception as exc:  # noqa: BLE001 - without a graph the package still runs, only slower
+            self.cuda_graph, self.capture_error = False, f"{type(exc).__name__}: {exc}"
+            log.warning("cachesvc compile: the package runs without a CUDA graph: capturing it failed: %s",
+                        self.capture_error)
+            return
+        self.capture_seconds = time.monotonic() - started
 
 
 def _perturb(model: Any) -> None:
@@ -208,14 +242,16 @@ def close(got: Any, want: Any, device: str) -> None:
     torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale)
 
 
-def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *, timeout: float = 300) -> None:
+def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *, cuda_graph: bool = False,
+           timeout: float = 300) -> None:
     """Run the built package in a child process, as a fresh hit would, and compare it with eager; raise on a
     difference or a crash. A child: a loader that dies (torch 2.11's did on the H200) takes only the child.
 
     Both run on weights the package was not built with (every floating parameter and buffer scaled
     elementwise by a seeded factor in [0.5, 1.5]): a hit runs on whatever weights its process has,
     so a package that kept any of the builder's values (an inlined constant, a folded one) must fail
-    here, not in production."""
+    here, not in production. ``cuda_graph``: the child captures the run into a CUDA graph and what it
+    compares is a replay, on weights changed after the capture (a hit's graph must read the live ones)."""
     import torch
     from torch.utils import _pytree as pytree
 
@@ -226,8 +262,8 @@ def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
     with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
         given, back = os.path.join(tmp, "given.pt"), os.path.join(tmp, "back.pt")
         torch.save({"constants": live_constants(twin), "inputs": list(example_inputs)}, given)
-        done = subprocess.run([sys.executable, "-m", f"{__package__}.aoti_child", "check", path, given, back, device],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([sys.executable, "-m", f"{__package__}.aoti_child", "check", path, given, back, device,
+                               "graph" if cuda_graph else ""], capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise LoadFailed(f"the package failed in a fresh process (exit {done.returncode}): {_last_line(done)}")
         got = torch.load(back, map_location="cpu")

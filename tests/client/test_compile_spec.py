@@ -52,13 +52,20 @@ def test_the_route_is_aoti_for_tensors_and_inductor_else_torch(monkeypatch):
     assert choose_route((x,), {})[0] == "aoti"
     assert choose_route((x,), {"backend": "eager"})[0] == "torch"
     assert choose_route((x, 3), {})[0] == "torch"
-    assert choose_route((x,), {}, "reduce-overhead")[0] == "torch"
-    assert choose_route((x,), {}, "max-autotune")[0] == "aoti"
     monkeypatch.setenv("CACHESVC_COMPILE_ROUTE", "torch")
     assert choose_route((x,), {})[0] == "torch"
     monkeypatch.setenv("CACHESVC_COMPILE_ROUTE", "nope")
     with pytest.raises(CacheClientError, match="aoti, torch"):
         choose_route((x,), {})
+
+
+def test_reduce_overhead_replays_the_package_from_a_cuda_graph_on_a_gpu_only():
+    from cachesvc_client.route_aoti import wants_cuda_graph
+
+    x = torch.randn(2, 8)
+    assert choose_route((x,), {})[0] == "aoti"  # every mode takes the package; reduce-overhead adds a graph
+    assert wants_cuda_graph("reduce-overhead", "cuda:0") and wants_cuda_graph("max-autotune", "cuda") is False
+    assert not wants_cuda_graph("reduce-overhead", "cpu") and not wants_cuda_graph(None, "cuda:0")
 
 
 def test_importing_the_client_with_compile_imports_no_torch():

@@ -8,7 +8,9 @@ process); the same container with plain torch.compile is the floor (its
 steady state is torch.compile's); a restarted container (empty HOME, TMPDIR
 and cache dir) uses the one call; a fresh container runs eager. The restarted
 one must load the package (or name why not), import neither Dynamo nor
-Inductor before its first output, and equal eager. Timings and ratios go to
+Inductor before its first output, and equal eager. A model named
+``name@reduce-overhead`` runs in that mode: the restart must replay the
+package from a CUDA graph (aoti_graph.py), which its first call captures. Timings and ratios go to
 $CACHESVC_GPU_RESULTS (JSON lines) when set; no timing is asserted.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run it on the device)")]
 
-MODELS = os.environ.get("CACHESVC_GPU_COMPILE_MODELS", "resnet50,vit_b_16").split(",")
+MODELS = os.environ.get("CACHESVC_GPU_COMPILE_MODELS", "resnet50,vit_b_16,resnet50@reduce-overhead").split(",")
 STEPS = "50"
 GPU_TOL = 5e-2
 
@@ -46,7 +48,8 @@ def record(**row) -> None:
 
 @pytest.mark.parametrize("model", MODELS)
 def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, model):
-    args = ("--model", model, "--device", "cuda", "--steps", STEPS)
+    name, _, mode = model.partition("@")
+    args = ("--model", name, "--mode", mode or "default", "--device", "cuda", "--steps", STEPS)
     env = service.client_env()
     ctr = Container(tmp_path / "host")
     cold = ctr.run_worker(*args, "--one-call", "--publish", **env)
@@ -55,7 +58,7 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     warm = ctr.run_worker(*args, "--one-call", **env)
     eager = Container(tmp_path / "eager").run_worker(*args, "--eager")
     keep = ("ready_s", "first_call_s", "step_ms", "imported", "compile", "max_abs_diff")
-    row = {"model": model, "torch": torch.__version__, **{f"{name}_{k}": r.get(k) for name, r in
+    row = {"model": name, "mode": mode or "default", "torch": torch.__version__, **{f"{name}_{k}": r.get(k) for name, r in
            (("cold", cold), ("floor", floor), ("warm", warm), ("eager", eager)) for k in keep},
            "artifact": (cold.get("publish") or {}).get("artifact")}
     row["ready_x_eager"] = warm["ready_s"] / eager["ready_s"]
@@ -74,3 +77,5 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     assert "frames" not in warm["counters_all"] and not warm["counters"], warm["counters_all"]
     extra = [m for m in ("torch._dynamo", "torch._inductor") if warm["imported"][m] and not eager["imported"][m]]
     assert not extra, (warm["imported"], eager["imported"])
+    if mode == "reduce-overhead":
+        assert warm["compile"]["cuda_graph"] and warm["compile"]["capture_s"] is not None, warm["compile"]

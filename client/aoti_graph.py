@@ -33,23 +33,26 @@ class GraphedRun:
     def __init__(self, run: Callable[[List[Any]], List[Any]], example_inputs: Sequence[Any]):
         import torch
 
-        self._static = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
-                        for x in example_inputs]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUPS):
-                run(self._static)
-        torch.cuda.current_stream().wait_stream(side)
-        self._graph = torch.cuda.CUDAGraph()
-        # relaxed: before each run the loader queries the CUDA event its last run recorded (is that model
-        # instance free?), a call the global and thread_local capture modes forbid in the capturing thread
-        with torch.cuda.graph(self._graph, capture_error_mode="relaxed"):
-            self._outputs = run(self._static)
+        self._torch = torch
+        self._device = example_inputs[0].device  # the graph's streams are this device's, whatever is current
+        with torch.cuda.device(self._device):
+            self._static = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+                            for x in example_inputs]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(WARMUPS):
+                    run(self._static)
+            torch.cuda.current_stream().wait_stream(side)
+            self._graph = torch.cuda.CUDAGraph()
+            # relaxed: before each run the loader queries the CUDA event its last run recorded (is that model
+            # instance free?), a call the global and thread_local capture modes forbid in the capturing thread
+            with torch.cuda.graph(self._graph, capture_error_mode="relaxed"):
+                self._outputs = run(self._static)
         self._lock = threading.Lock()  # one set of static buffers: calls from two threads take turns
 
     def __call__(self, inputs: Sequence[Any]) -> List[Any]:
-        with self._lock:
+        with self._lock, self._torch.cuda.device(self._device):
             for static, given in zip(self._static, inputs):
                 static.copy_(given)
             self._graph.replay()

@@ -25,6 +25,9 @@ LABELS = {
     "cachesvc-aot": "**precompiled function through cachesvc** (kind aot-function)",
     "cachesvc-pt2": "**AOTInductor package through cachesvc** (kind pt2-package)",
     "cachesvc-remote": "**cachesvc live remote cache** (FX graph + AOTAutograd)",
+    "caching-precompile": "torch's caching precompile (Dynamo's cache) in a cachesvc snapshot",
+    "eager": "eager (no compile)",
+    "cachesvc-compile": "**cachesvc_client.compile** (the one call)",
 }
 
 

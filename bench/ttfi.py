@@ -27,6 +27,10 @@ Contenders (each a fresh container: own empty HOME, TMPDIR and cache dir):
                   a cold container of its own that publishes through the one call
   cachesvc-remote the live remote cache through cachesvc (enable_remote_cache: FX graph + AOTAutograd
                   + autotune), local service; filled by its own cold run per model (seed_remote)
+  caching-precompile  (only when named) torch's caching precompile (TORCH_CACHING_PRECOMPILE=1: Dynamo's own cache of
+                  traced frames and guards, under the cache dir's dynamo/) through a cachesvc snapshot,
+                  then torch.compile; filled by its own cold run per model, under another key name
+                  (seed_precompile: save_cache_artifacts writes Dynamo's entries, then it publishes)
 
 A seed container per model compiles once and fills every store (cachesvc
 on both backends, Mega-Cache blob, tarball; Redis and the live remote cache
@@ -66,7 +70,7 @@ CONTENDERS = ["cold", "eager", "cachesvc-compile", "copy-cache-dir", "cachesvc-l
 #: contenders that need the S3 server (and the service on it); without them neither is started
 S3_CONTENDERS = ("cachesvc-s3", "megacache-s3", "tarball-s3")
 KIND_CONTENDERS = {"cachesvc-mega": "mega-cache", "cachesvc-aot": "aot-function", "cachesvc-pt2": "pt2-package"}
-OPTIONAL = ["cachesvc-local-serial"]  # run only when --contenders names them
+OPTIONAL = ["cachesvc-local-serial", "caching-precompile"]  # run only when --contenders names them
 
 
 class RedisDB:
@@ -211,6 +215,16 @@ class Bench:
             r = self.cold_once(model, "seed-remote", "--remote-cache", **self.local.client_env())
             self.seeds[model]["remote_cache"] = {"first_call_s": r["first_call_s"], **r["remote_cache"]}
 
+    def seed_precompile(self, model: str) -> None:
+        """Publish ``model`` once from a cold run with torch's caching precompile on, under its own name
+        (Dynamo's cache entries are written by save_cache_artifacts, which the after-hook calls)."""
+        if "caching_precompile" not in self.seeds[model]:
+            r = self.cold_once(model, "seed-precompile", "--name", precompile_name(model), "--publish",
+                               "--after-hook", "bench.contenders:megacache_save", TORCH_CACHING_PRECOMPILE="1",
+                               BENCH_MEGA_OUT=str(self.work / f"precompile-{model}.bin"), **self.local.client_env())
+            self.seeds[model]["caching_precompile"] = {"first_call_s": r["first_call_s"], "publish": r["publish"],
+                                                       "saved": r.get("after", {})}
+
     def run(self, model: str, contender: str) -> List[dict]:
         """One sample of ``contender`` (two for cold: cold, then floor in the same container)."""
         # A fresh container does not inherit the page cache writeback of the one before it: the cold
@@ -256,11 +270,20 @@ class Bench:
             elif contender == "cachesvc-remote":
                 self.seed_remote(model)
                 r = ctr.run_worker(*m, "--remote-cache", **self.local.client_env())
+            elif contender == "caching-precompile":
+                self.seed_precompile(model)
+                r = ctr.run_worker(*m, "--name", precompile_name(model), "--restore", TORCH_CACHING_PRECOMPILE="1",
+                                   **self.local.client_env())
             else:
                 raise ValueError(contender)
             return [dict(r, contender=contender)]
         finally:
             shutil.rmtree(ctr.root, ignore_errors=True)
+
+
+def precompile_name(model: str) -> str:
+    """The key name the caching-precompile seed publishes under (its snapshot holds Dynamo's entries too)."""
+    return model.partition("@")[0] + "-precompile"
 
 
 def failure_line(text: str) -> str:
@@ -303,6 +326,9 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     models = args.models.split(",")
     contenders = args.contenders.split(",")
+    unknown = [c for c in contenders if c not in CONTENDERS + OPTIONAL]
+    if unknown:
+        raise SystemExit(f"unknown contender(s) {', '.join(unknown)}: use {', '.join(CONTENDERS + OPTIONAL)}")
     if "cold" not in contenders:
         raise SystemExit("the cold contender is needed: the floor runs in its container")
     work = workdir(args.workdir, "bench-ttfi-")

@@ -24,21 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def _ms(torch, fn, steps: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / steps * 1e3
-
-
 def probe(model_name: str, work: str) -> dict:
     import torch
 
+    from bench.aoti_gpu_probe import _step_ms
     from cachesvc_client import route_aoti
+    from cachesvc_client.aoti_child import capture_on_other_weights
     from demo.models import build
 
     model, inputs = build(model_name, "cuda")
@@ -60,22 +51,16 @@ def probe(model_name: str, work: str) -> dict:
         direct = route_aoti.Runner(package, constants, "cuda")
         got = direct(*inputs)
         row.update(direct=(got - want).abs().max().item(), direct_vs_fp32=(got - exact).abs().max().item(),
-                   direct_ms=_ms(torch, lambda: direct(*inputs)))
+                   direct_ms=_step_ms(torch, direct, inputs, warm=3))
         graphed = route_aoti.Runner(package, constants, "cuda", cuda_graph=True)
         got = graphed(*inputs)
         row.update(graph=(got - want).abs().max().item(), capture_s=graphed.capture_seconds,
-                   capture_error=graphed.capture_error, graph_ms=_ms(torch, lambda: graphed(*inputs)))
-        kept = {k: v.clone() for k, v in constants.items()}
+                   capture_error=graphed.capture_error, graph_ms=_step_ms(torch, graphed, inputs, warm=3))
         halved = route_aoti.Runner(package, constants, "cuda", cuda_graph=True)
-        for v in constants.values():
-            if v.is_floating_point():
-                v.mul_(0.5)
-        halved(*inputs)
-        for k, v in constants.items():
-            v.copy_(kept[k])
+        capture_on_other_weights(halved, constants, inputs)  # as the publish check does
         got = halved(*inputs)
         row.update(graph_restored=(got - want).abs().max().item())
-        row["eager_ms"] = _ms(torch, lambda: twin(*inputs))
+        row["eager_ms"] = _step_ms(torch, twin, inputs, warm=3)
         try:
             torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-2)
             row["close_at_5e-2"] = True

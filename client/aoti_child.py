@@ -10,12 +10,27 @@ of {"constants": {fqn: tensor}, "inputs": [tensor]}) is loaded, the package
 is opened the way a hit opens it, run once, and its outputs are saved to
 BACK. With ``graph`` the run is captured into a CUDA graph first, on other
 values of the constants, which are then put back in place: what is saved is
-a replay, so a graph that kept the weights it was captured with fails. A crash or an error here stops the publish, not the process that
-asked for it.
+a replay, so a graph that kept the weights it was captured with fails. A
+crash or an error here stops the publish, not the process that asked for it.
 """
 from __future__ import annotations
 
 import sys
+
+
+def capture_on_other_weights(runner, constants: dict, inputs: list) -> None:
+    """Make ``runner`` (cuda_graph=True) capture its CUDA graph while every floating constant is halved,
+    then put the real values back in place: its later replays must read them. Raises SystemExit when
+    the capture failed (the runner would silently run without a graph)."""
+    kept = {name: t.clone() for name, t in constants.items()}
+    for t in constants.values():
+        if t.is_floating_point():
+            t.mul_(0.5)
+    runner(*inputs)  # the capture
+    if runner.capture_seconds is None:
+        raise SystemExit(f"capturing the package's run into a CUDA graph failed: {runner.capture_error}")
+    for name, t in constants.items():
+        t.copy_(kept[name])
 
 
 def check(package: str, given: str, back: str, device: str, graph: str = "") -> None:
@@ -29,15 +44,7 @@ def check(package: str, given: str, back: str, device: str, graph: str = "") -> 
     with torch.no_grad():
         runner = Runner(package, constants, device, cuda_graph=bool(graph))
         if graph:
-            kept = {name: t.clone() for name, t in constants.items()}
-            for t in constants.values():
-                if t.is_floating_point():
-                    t.mul_(0.5)
-            runner(*inputs)  # the capture, on halved weights
-            if runner.capture_seconds is None:
-                raise SystemExit(f"capturing the package's run into a CUDA graph failed: {runner.capture_error}")
-            for name, t in constants.items():
-                t.copy_(kept[name])
+            capture_on_other_weights(runner, constants, inputs)
         out = runner(*inputs)
     torch.save([t.cpu() for t in pytree.tree_leaves(out)], back)
 

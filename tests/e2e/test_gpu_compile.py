@@ -58,7 +58,7 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     warm = ctr.run_worker(*args, "--one-call", **env)
     eager = Container(tmp_path / "eager").run_worker(*args, "--eager")
     keep = ("ready_s", "first_call_s", "step_ms", "imported", "compile", "max_abs_diff")
-    row = {"model": name, "mode": mode or "default", "torch": torch.__version__, **{f"{name}_{k}": r.get(k) for name, r in
+    row = {"model": name, "mode": mode or "default", "torch": torch.__version__, **{f"{who}_{k}": r.get(k) for who, r in
            (("cold", cold), ("floor", floor), ("warm", warm), ("eager", eager)) for k in keep},
            "artifact": (cold.get("publish") or {}).get("artifact")}
     row["ready_x_eager"] = warm["ready_s"] / eager["ready_s"]

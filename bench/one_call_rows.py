@@ -46,7 +46,10 @@ def read(paths: List[str]) -> List[dict]:
         for model in dict.fromkeys(r["model"] for r in rows):
             by_model[model] = [r for r in rows if r["model"] == model]
     out = []
-    for rows in by_model.values():
+    # each model's default mode first, then its other modes, in the order the files name the models
+    first_seen = list(dict.fromkeys(m.split("@")[0] for m in by_model))
+    order = sorted(by_model, key=lambda m: (first_seen.index(m.split("@")[0]), "@" in m, m))
+    for rows in (by_model[m] for m in order):
         ref = {r["contender"]: r for r in rows}
         for r in sorted(rows, key=lambda r: CONTENDERS.index(r["contender"])):
             r["x_eager"] = r["ready_s"] / ref["eager"]["ready_s"]

@@ -73,8 +73,12 @@ def chart_ready(rows: List[dict], path: str, goal: float = 1.5) -> None:
     import matplotlib.pyplot as plt
 
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.6), squeeze=False)
-    for ax, model in zip(axes[0], models):
+    ncols = min(len(models), 3)  # wider rows would shrink past reading on a page
+    nrows = -(-len(models) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(models):]:
+        ax.set_visible(False)
+    for ax, model in zip(axes.flat, models):
         mine = [r for r in rows if r["model"] == model and r["ready_s"] is not None]
         ax.barh([r["contender"] for r in mine], [r["ready_s"] for r in mine], color="#4c72b0")
         eager = next((r["ready_s"] for r in mine if r["contender"] == "eager"), None)
@@ -82,8 +86,8 @@ def chart_ready(rows: List[dict], path: str, goal: float = 1.5) -> None:
             ax.axvline(eager, color="#dd8452", linestyle="--", label="eager")
             ax.axvline(goal * eager, color="#c44e52", linestyle=":", label=f"{goal:g}x eager")
             ax.legend(loc="lower right", fontsize=8)
-        ax.set_title(f"{model}: process start to first output")
-        ax.set_xlabel("seconds (median)")
+        ax.set_title(model)
+        ax.set_xlabel("process start to first output, s (median)")
         ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

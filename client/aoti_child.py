@@ -4,7 +4,8 @@
     python -m cachesvc_client.aoti_child check PACKAGE GIVEN BACK DEVICE [graph]
 
 ``build``: EXPORTED is the program route_aoti.export saved; the weightless
-package is built at PACKAGE with the self-contained compiler. ``check``:
+package is built at PACKAGE with the self-contained compiler, and the last
+stdout line says where the seconds went. ``check``:
 route_aoti.verify runs it before a package is published: GIVEN (torch.save
 of {"constants": {fqn: tensor}, "inputs": [tensor]}) is loaded, the package
 is opened the way a hit opens it, run once, and its outputs are saved to
@@ -15,6 +16,7 @@ crash or an error here stops the publish, not the process that asked for it.
 """
 from __future__ import annotations
 
+import json
 import sys
 
 
@@ -57,7 +59,8 @@ def main(argv) -> int:
     try:
         if verb == "build":
             exported, package, mode = args
-            route_aoti.build_here(exported, package, mode or None)
+            phases = route_aoti.build_here(exported, package, mode or None)
+            print(json.dumps({"build_phases": phases}))  # the last line: route_aoti.build reads it
         elif verb == "check":
             check(*args)
         else:

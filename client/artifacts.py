@@ -168,8 +168,7 @@ def precompile_package(model: Any, example_inputs: Sequence[Any], path: str) -> 
 
     exported = torch.export.export(model, tuple(example_inputs))
     with aoti_cxx.self_contained_compiler() as (cxx, why_not):
-        options = {"cpp.cxx": (cxx,)} if cxx else {}
-        with inductor_config.patch(options):
+        with inductor_config.patch(aoti_cxx.inductor_options(cxx)):
             return torch._inductor.aoti_compile_and_package(exported, package_path=path)
 
 

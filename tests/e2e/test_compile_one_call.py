@@ -49,6 +49,8 @@ def test_a_miss_compiles_and_publishes_the_snapshot_and_the_package(published):
     snapshot, artifact = cold["publish"]["snapshot"], cold["publish"]["artifact"]
     assert cold["publish"]["done"] and snapshot["status"] == "committed", cold["publish"]
     assert artifact["status"] == "committed" and artifact["kind"] == "pt2-package", artifact
+    # the report says where the build's seconds went: the child's whole build inside build_s
+    assert 0 < artifact["build_phases"]["package"] < artifact["build_s"] and artifact["check_s"] > 0, artifact
 
 
 def test_a_restarted_container_loads_it_without_dynamo_or_inductor(published):

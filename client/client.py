@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, torch_fixes
-from .errors import CacheClientError
+from .errors import CacheClientError, Forbidden, ServiceUnavailable, Unauthorized
 from .fingerprint import environment
 from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
@@ -39,12 +39,19 @@ def _compile_seconds(given: Optional[float]) -> Optional[float]:
     return given if given is not None else torch_compile_seconds()
 
 
+def _service_down(exc: BaseException) -> bool:
+    """The restore failed at the service or its storage, not at the key: no or a malformed URL, nothing
+    answering, 5xx or a deadline (ServiceUnavailable), or a token it refused."""
+    return isinstance(exc, (ServiceUnavailable, Unauthorized, Forbidden)) or getattr(exc, "code", "") == "bad_url"
+
+
 def _why(exc: BaseException) -> str:
-    """A failed restore's reason. CacheClientError: its message; EnvError: the deployment's env file or
-    variables; OSError: the container's own disk (full, read-only); anything else is a bug in this client, named as one (the log has the traceback)."""
+    """A failed restore's reason. CacheClientError: its message; InvalidKey: the name, shape or tags the
+    caller gave, or (EnvError) the deployment's env file or variables; OSError: the container's own disk
+    (full, read-only); anything else is a bug in this client, named as one (the log has the traceback)."""
     if isinstance(exc, CacheClientError):
         return exc.message
-    if isinstance(exc, keyenv.EnvError):
+    if isinstance(exc, keys.InvalidKey):
         return str(exc)
     if isinstance(exc, OSError):
         return f"{type(exc).__name__}: {exc}"
@@ -150,9 +157,9 @@ class CacheClient:
             if strict:
                 raise
             report = RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {_why(exc)}", kind=kind,
-                                   seconds=time.monotonic() - started)
+                                   seconds=time.monotonic() - started, service_down=_service_down(exc))
             log.warning("cachesvc restore of %s failed (a miss): %s", name, _why(exc),
-                        exc_info=not isinstance(exc, (CacheClientError, OSError, keyenv.EnvError)))
+                        exc_info=not isinstance(exc, (CacheClientError, OSError, keys.InvalidKey)))
             return report
         self._use_cache_dir()
         self._explain_key(report, key, env_given=env is not None)

@@ -127,7 +127,12 @@ class CompiledModel:
                  self.name, report.version_id, self.load_seconds)
 
     def _restore_snapshot(self) -> None:
-        """A miss: bring back the key's snapshot (a previous publish's kernels) so torch.compile hits it."""
+        """A miss: bring back the key's snapshot (a previous publish's kernels) so torch.compile hits it.
+        Not when the artifact's restore found the service down: a second try would cost the process
+        the same wait (a refused connection's seconds, a stalled service's deadline) and log it again."""
+        if self.report is not None and self.report.service_down:
+            self.snapshot = self.report
+            return
         self.snapshot = self.client.restore(self.name, self.shape, self.tags)
 
     # -- calls -------------------------------------------------------------------------------------

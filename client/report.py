@@ -40,6 +40,9 @@ class RestoreReport:
     failed: List[str] = field(default_factory=list)  # "role:path: why", left out of the restore
     roots: Dict[str, str] = field(default_factory=dict)  # role -> local folder restored into
     reason: str = ""          # why a miss was a miss
+    # the miss was the service's, not the key's (no or bad URL, unreachable, 5xx, a refused token):
+    # another restore from this process now would wait and fail the same way
+    service_down: bool = False
     warnings: List[str] = field(default_factory=list)  # things that will cost compile time despite the hit
     fallback: str = ""        # the fallback step that answered (shape | shapes | name); "" for the exact key
     versions: List[int] = field(default_factory=list)  # every version restored (several for a `shapes` fallback)

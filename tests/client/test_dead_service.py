@@ -9,6 +9,7 @@ the miss, its reason and that the reported seconds are the real ones.
     an HTML 404 (not cachesvc)       -> test_a_non_cachesvc_404_is_summarised_once
     a 200 that is not JSON           -> test_a_non_cachesvc_200_is_a_malformed_answer
     --url http://[::1 and friends    -> test_a_malformed_url_is_a_clean_error_naming_it
+    compile() with no or a dead URL  -> test_the_one_call_asks_a_dead_service_once
 """
 from __future__ import annotations
 
@@ -129,6 +130,35 @@ def test_a_malformed_url_is_a_clean_error_naming_it(url, says, tmp_path, monkeyp
     assert not report.hit and repr(url) in report.reason
     with pytest.raises(CacheClientError, match="URL"):
         CacheClient(url).restore(NAME, SHAPE, env=ENV, strict=True)
+
+
+@pytest.mark.parametrize("where", ["refused", "no url"])
+def test_the_one_call_asks_a_dead_service_once(where, tmp_path, monkeypatch, caplog):
+    """compile() restores the package, then on a miss the snapshot: against a service that is down the
+    second restore would pay the same wait and log the same warning. It is asked once."""
+    import torch
+
+    import cachesvc_client
+
+    enter_container(monkeypatch, tmp_path / "b")
+    monkeypatch.delenv("CACHESVC_URL", raising=False)
+    url = f"http://127.0.0.1:{closed_port()}" if where == "refused" else None
+    with caplog.at_level(logging.WARNING, logger="cachesvc_client"):
+        model = cachesvc_client.compile(torch.nn.Linear(4, 2), (torch.randn(2, 4),), name=NAME,
+                                        client=CacheClient(url))
+    assert model.source == "compiled" and model.report.service_down, model.report
+    assert model.snapshot is model.report  # not asked again
+    failed = [r.getMessage() for r in caplog.records if "failed (a miss)" in r.getMessage()]
+    assert len(failed) == 1, failed
+    assert ("cannot reach" if where == "refused" else "no service URL") in failed[0]
+
+
+def test_a_bad_key_is_a_clean_miss_not_a_dead_service(caplog):
+    with caplog.at_level(logging.WARNING, logger="cachesvc_client"):
+        report = CacheClient("http://127.0.0.1:1").restore("", SHAPE, env=ENV)  # the caller's fault, not the service's
+    assert not report.hit and not report.service_down, report
+    assert report.reason == "error: name must not be empty", report.reason  # not "a bug", no traceback
+    assert [bool(r.exc_info) for r in caplog.records] == [False]
 
 
 def test_a_service_that_accepts_and_never_answers_is_bounded_by_timeout(tmp_path, monkeypatch):

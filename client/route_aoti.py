@@ -143,8 +143,8 @@ def _phases(stdout: str) -> Dict[str, float]:
 
 
 def build_here(exported: str, path: str, mode: Optional[str]) -> Dict[str, float]:
-    """The child's part of ``build``; returns its phases in seconds: ``imports`` (torch and Inductor),
-    ``package`` (``aoti_compile_and_package`` as a whole) and Inductor's own timers (``BUILD_TIMERS``).
+    """The child's part of ``build``; returns its phases in seconds: ``imports`` (torch, Inductor's config
+    and the compiler wrapper's set-up, up to the build), ``package`` (``aoti_compile_and_package`` as a whole) and Inductor's own timers (``BUILD_TIMERS``).
     The wrapper is linked with its own C++ runtime (aoti_cxx says why); where that cannot be done no
     package is built: one that could crash the process loading it is worse than none."""
     started = time.monotonic()

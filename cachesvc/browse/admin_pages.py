@@ -30,8 +30,10 @@ def _target(values) -> dict:
     if len(given) != 1:
         raise InvalidRequest("name one version (version=ID) or one entry (entry=ID) to purge")
     field, raw = given[0]
-    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= MAX_ID:
-        raise InvalidRequest(f"{field.split('_')[0]} must be a positive id, not {raw!r}")
+    # the length first: int() of more than 4,300 digits raises ValueError (a 500), and no id is that long
+    if len(raw) > len(str(MAX_ID)) or not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= MAX_ID:
+        raise InvalidRequest(f"{field.split('_')[0]} must be a positive id of at most {len(str(MAX_ID))} digits, "
+                             f"not {raw[:40]!r}{'...' if len(raw) > 40 else ''}")
     return {field: int(raw)}
 
 

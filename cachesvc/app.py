@@ -48,13 +48,14 @@ def _install_api(app: Flask) -> None:
     from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
                       verdicts, versions)
     from .api import remote_cache as remote_cache_api
-    from .api import require_json_body, require_utf8_query
+    from .api import check_body_size, require_json_body, require_utf8_query
     from .metrics import Metrics
     from .schemas import ErrorSchema
 
     metrics = Metrics()
     app.extensions["cachesvc_metrics"] = metrics
     metrics.install(app)
+    app.before_request(check_body_size)  # before anything (CSRF, a form, JSON) reads the body
     app.before_request(require_utf8_query)  # before anything reads request.args
     app.before_request(auth.check_request)  # before any view parses its arguments or body
     app.before_request(require_json_body)
@@ -79,7 +80,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     app = Flask(__name__)
     app.config.update(
         TESTING=bool(settings.get("TESTING")),
-        MAX_CONTENT_LENGTH=settings["MAX_REQUEST_BYTES"],
+        MAX_CONTENT_LENGTH=settings["BODY_LIMIT_BYTES"],  # each route's own: api.check_body_size
         API_TITLE="cachesvc",
         API_VERSION="v1",
         OPENAPI_VERSION="3.0.3",

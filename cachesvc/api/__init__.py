@@ -3,7 +3,9 @@
 Every blueprint is this module's ``Blueprint``: flask-smorest's, with a parser that answers a JSON
 body it cannot read with a 400 rather than a 500.
 """
+import io
 import json
+from typing import Callable, Union
 
 import flask_smorest
 from flask import current_app, request
@@ -11,7 +13,7 @@ from webargs.flaskparser import FlaskParser
 
 from cachesvc_client import keys
 
-from ..errors import InvalidRequest, UnsupportedMediaType
+from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 
 
 class _Parser(FlaskParser):
@@ -75,3 +77,64 @@ def require_json_body() -> None:
     if has_body and not request.is_json and any(p.get("in") == "json" for p in params):
         raise UnsupportedMediaType(f"the body must be JSON: send Content-Type: application/json, "
                                    f"not {request.mimetype or 'none'}")
+
+
+def body_limit(limit: Union[int, str, Callable[[dict], int]], streamed: bool = False) -> Callable:
+    """Declare the largest body a view takes: bytes, a size setting's name, or a function of the
+    settings. Enforced by ``check_body_size``; a view without one takes ``BODY_LIMIT_BYTES``.
+    ``streamed``: the view reads its body as a stream (blob bytes) and checks what it reads itself."""
+    def deco(view):
+        view._cachesvc_body_limit = limit
+        view._cachesvc_body_streamed = streamed
+        return view
+    return deco
+
+
+def _route_limit(settings: dict, view) -> tuple[int, str]:
+    """The body limit of the request's route, and the setting that sets it ("" when fixed)."""
+    limit = getattr(view, "_cachesvc_body_limit", "BODY_LIMIT_BYTES")
+    if isinstance(limit, str):
+        return int(settings[limit]), f" (CACHESVC_{limit})"
+    return (int(limit(settings)) if callable(limit) else int(limit)), ""
+
+
+def check_body_size() -> None:
+    """``before_request`` hook, the first: the route's body limit, before anything reads the body.
+
+    A Content-Length past it is a 413 at once, with the body unread (a 63 MiB sign-in form costs its
+    headers, not 3 GB of parsed form). A chunked body (no length) is read here up to the limit and
+    refused past it, then parsed from memory; a streamed view's (blob bytes) is read through a stream
+    that stops at its limit (werkzeug's ``max_content_length``: 413 there).
+    """
+    view = current_app.view_functions.get(request.endpoint)
+    limit, setting = _route_limit(services().settings, view)
+    request.max_content_length = limit
+    request.max_form_memory_size = limit
+    too_large = f"this route takes a body of at most {limit} bytes{setting}"
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"the body is {request.content_length} bytes; {too_large}")
+    environ = request.environ
+    if request.content_length is None and environ.get("wsgi.input_terminated") and \
+            not getattr(view, "_cachesvc_body_streamed", False):
+        data = _read_at_most(environ["wsgi.input"], limit + 1)
+        if len(data) > limit:
+            raise PayloadTooLarge(f"the chunked body is longer than {limit} bytes; {too_large}")
+        environ.update({"wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data))})
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+
+
+def _read_at_most(stream, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = stream.read(min(n - got, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def json_limit(largest: object) -> int:
+    """The body limit of a JSON route from the largest valid request its schema allows (built from the
+    schema's own bounds): twice its size as json.dumps writes it (room for indentation), plus 1 KiB."""
+    return 2 * len(json.dumps(largest)) + 1024

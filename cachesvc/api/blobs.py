@@ -14,7 +14,7 @@ from ..schemas import BlobPutArgs, ErrorSchema
 from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
 from ..auth import requires
 from .answers import BlobStoredSchema
-from . import BINARY_BODY, Blueprint, digest_arg, services
+from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
 
 OCTET_STREAM = "application/octet-stream"
 
@@ -23,6 +23,7 @@ blp = Blueprint("blobs", __name__, url_prefix="/api/v1/blobs", description="Cont
 
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
+@body_limit("MAX_BLOB_BYTES", streamed=True)
 @blp.arguments(BlobPutArgs, location="query")
 @blp.response(201, BlobStoredSchema)
 @blp.alt_response(200, schema=BlobStoredSchema, description="A concurrent publish stored the blob since this version was created; the "
@@ -38,7 +39,6 @@ def put(args, sha256):
     stored before the version was created: a stored blob's bytes never change.
     """
     svc = services()
-    request.max_content_length = svc.settings["MAX_BLOB_BYTES"]
     answer, wrote = blobs.put(svc.db, svc.storage, digest_arg(sha256), args["encoding"], args.get("version"),
                               request.stream)
     return stored_answer(answer, wrote)

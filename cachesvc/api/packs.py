@@ -12,7 +12,7 @@ from ..models import Pack
 from ..schemas import ErrorSchema, PackPutArgs
 from ..storage import BlobNotFound, StorageError, pack_key
 from .answers import PackStoredSchema
-from . import BINARY_BODY, Blueprint, digest_arg, services
+from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
 from .blobs import send_object, stored_answer
 
 blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")
@@ -20,6 +20,7 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
 
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
+@body_limit(packs.MAX_PACK, streamed=True)
 @blp.arguments(PackPutArgs, location="query")
 @blp.response(201, PackStoredSchema)
 @blp.alt_response(200, schema=PackStoredSchema, description="Another publish's commit recorded the pack since this version asked for its "
@@ -30,7 +31,6 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
 def put(args, sha256):
     """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
     svc = services()
-    request.max_content_length = packs.MAX_PACK
     return stored_answer(*packs.put(svc.db, svc.storage, digest_arg(sha256), args["version"], request.stream))
 
 

@@ -16,7 +16,7 @@ from ..errors import NotFound, PayloadTooLarge, Unavailable
 from ..schemas import EnvSchema, ErrorSchema
 from ..storage import StorageError
 from .answers import RemoteCacheItemSchema
-from . import Blueprint, services
+from . import Blueprint, body_limit, services
 
 blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
                 description="Inductor's live remote cache (FX graphs, autotune results) by Inductor's key")
@@ -62,6 +62,7 @@ def get(args, cache, key):
 
 @blp.route("/<cache>/<key>", methods=["PUT"])
 @requires("write")
+@body_limit(lambda settings: settings["REMOTE_CACHE_MAX_BYTES"] + 1, streamed=True)  # read_body answers past the limit itself
 @blp.arguments(EnvSchema, location="query")
 @blp.response(201, RemoteCacheItemSchema)
 @blp.doc(requestBody={"required": True, **_BINARY})
@@ -73,7 +74,6 @@ def put(args, cache, key):
     remote_cache.check_name(cache, key)
     svc = services()
     limit = svc.settings["REMOTE_CACHE_MAX_BYTES"]
-    request.max_content_length = limit + 1  # not the JSON-body limit; read_body answers beyond ``limit``
     try:
         value = remote_cache.read_body(request, limit)
     except PayloadTooLarge:

@@ -7,7 +7,13 @@ from .. import resolve
 from ..auth import requires
 from ..schemas import VerdictSchema
 from .answers import VerdictAnswerSchema
-from . import Blueprint, services
+from . import Blueprint, body_limit, json_limit, services
+from ..resolve import FALLBACK_STEPS
+
+#: the largest verdict VerdictSchema takes: the most versions, each the largest id, the longest strings and
+#: a float of the longest repr in range
+LARGEST = {"versions": [2**31 - 1] * 100, "verdict": "paid_off", "fallback": max(FALLBACK_STEPS, key=len),
+           "first_call_seconds": 1.2345678901234567e-300}
 
 blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",
                 description="What restoring processes saw after compiling")
@@ -15,6 +21,7 @@ blp = Blueprint("verdicts", __name__, url_prefix="/api/v1/verdicts",
 
 @blp.route("", methods=["POST"])
 @requires("read")
+@body_limit(json_limit(LARGEST))
 @blp.arguments(VerdictSchema)
 @blp.response(200, VerdictAnswerSchema)
 def post(body):

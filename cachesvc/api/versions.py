@@ -8,13 +8,18 @@ from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
 from .answers import BlobUploadTargetsSchema, PackUploadTargetsSchema
 from .version_answers import CommitAnswerSchema, PublishAnswerSchema, VersionDetailSchema
-from . import Blueprint, services
+from . import Blueprint, body_limit, json_limit, services
+
+#: the largest requests PackTargetsSchema and UploadTargetsSchema take (their list bounds, the largest values)
+LARGEST_PACK_TARGETS = {"packs": [{"sha256": "f" * 64, "size": 2**40}] * 10_000}
+LARGEST_UPLOAD_TARGETS = {"blobs": ["f" * 64] * 1000}
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
 
 
 @blp.route("", methods=["POST"])
 @requires("write")
+@body_limit("MAX_REQUEST_BYTES")
 @blp.arguments(PublishSchema)
 @blp.response(201, PublishAnswerSchema)
 @blp.alt_response(200, schema=PublishAnswerSchema,
@@ -38,6 +43,7 @@ def create(body):
 
 @blp.route("/<int:version_id>/commit", methods=["POST"])
 @requires("write")
+@body_limit("MAX_REQUEST_BYTES")
 @blp.arguments(CommitSchema)
 @blp.response(200, CommitAnswerSchema)
 def commit(body, version_id):
@@ -52,6 +58,7 @@ def commit(body, version_id):
 
 @blp.route("/<int:version_id>/packs", methods=["POST"])
 @requires("write")
+@body_limit(json_limit(LARGEST_PACK_TARGETS))
 @blp.arguments(PackTargetsSchema)
 @blp.response(200, PackUploadTargetsSchema)
 def pack_targets(body, version_id):
@@ -65,6 +72,7 @@ def pack_targets(body, version_id):
 
 @blp.route("/<int:version_id>/uploads", methods=["POST"])
 @requires("write")
+@body_limit(json_limit(LARGEST_UPLOAD_TARGETS))
 @blp.arguments(UploadTargetsSchema)
 @blp.response(200, BlobUploadTargetsSchema)
 def blob_targets(body, version_id):

@@ -48,13 +48,14 @@ def _install_api(app: Flask) -> None:
     from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
                       verdicts, versions)
     from .api import remote_cache as remote_cache_api
-    from .api import check_body_size, require_json_body, require_utf8_query
+    from .api import add_security_headers, check_body_size, require_json_body, require_utf8_query
     from .metrics import Metrics
     from .schemas import ErrorSchema
 
     metrics = Metrics()
     app.extensions["cachesvc_metrics"] = metrics
     metrics.install(app)
+    app.after_request(add_security_headers)
     app.before_request(check_body_size)  # before anything (CSRF, a form, JSON) reads the body
     app.before_request(require_utf8_query)  # before anything reads request.args
     app.before_request(auth.check_request)  # before any view parses its arguments or body

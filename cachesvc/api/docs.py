@@ -6,6 +6,8 @@ no way out), and what it runs is the version pinned with the service, not whatev
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import flask
 from swagger_ui_bundle import swagger_ui_path
 
@@ -15,6 +17,15 @@ from ..auth import requires
 ASSETS_URL = "/api/v1/docs/assets/"
 
 bp = flask.Blueprint("api_docs_assets", __name__)
+_STATIC = Path(__file__).resolve().parent / "static"
+
+
+@bp.route("/api/v1/docs/init.js")
+@requires(None)
+def init_script():
+    """What starts Swagger UI on its page (cachesvc/templates/swagger_ui.html, which replaces flask-smorest's
+    page so that no script is inline)."""
+    return flask.send_from_directory(_STATIC, "swagger-init.js", max_age=3600)
 
 
 @bp.route(ASSETS_URL + "<path:filename>")

@@ -19,7 +19,8 @@ from ..errors import InvalidRequest
 from ..schemas import MAX_OFFSET, SORTS
 from .signin import page_blueprint
 
-bp = page_blueprint(Blueprint("web", __name__, template_folder="templates"))
+bp = page_blueprint(Blueprint("web", __name__, template_folder="templates", static_folder="static",
+                             static_url_path="/static/pages"))
 
 PAGE = 100
 TOP = 10  # rows of each "top entries" table on the stats page

@@ -63,9 +63,13 @@ def test_a_read_token_signs_in_browses_and_sees_no_admin_control(live_server, cl
             key(name="resnet", torch="2.12.0"))
     publish(client, {"x/other.py": b"other"}, key(name="bert"))
     page = browser.new_page()
+    refused, styles = [], []
+    page.on("console", lambda msg: refused.append(msg.text) if "Content Security Policy" in msg.text else None)
+    page.on("response", lambda resp: styles.append(resp.status) if resp.url.endswith(".css") else None)
     sign_in(page, live_server.url + "/", tokens["read"])
     page.wait_for_url(live_server.url + "/")
     assert page.locator("#me").inner_text() == "test-read"
+    assert styles and set(styles) <= {200, 304} and refused == []  # the stylesheet loads under the CSP
     assert page.locator("section.group h2").all_inner_texts() == ["bert", "resnet"]
     assert page.locator("tr.entry").count() == 3
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import sys
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -32,6 +33,8 @@ from .fingerprint import OVERRIDE_PREFIX, environment
 ENV_FILE_VAR = "CACHESVC_ENV_FILE"
 #: an env file is six short fields; anything this large is not one
 MAX_ENV_FILE_BYTES = 64 * 1024
+#: an env file is one flat object: this many brackets already is not one (and json.loads would recurse)
+MAX_ENV_NESTING = 32
 _HOW_TO_WRITE = "write it with `cachesvc-client env --json > FILE` in the app image"
 
 
@@ -49,6 +52,35 @@ def env_file_from_environ() -> Optional[str]:
     return os.environ.get(ENV_FILE_VAR) or None
 
 
+def _read_regular_file(path: str) -> bytes:
+    """The bytes of the regular file at ``path``, at most MAX_ENV_FILE_BYTES (EnvError otherwise).
+
+    Opened non-blocking and checked with fstat before any read: a FIFO (or a device, a socket) as
+    env file would block the read, and a restore's budget with it, until something writes to it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise EnvError(f"env file {path}: cannot be read ({exc.strerror or exc}); {_HOW_TO_WRITE}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise EnvError(f"env file {path}: not a regular file (a FIFO, a device or a directory); {_HOW_TO_WRITE}")
+        if st.st_size > MAX_ENV_FILE_BYTES:
+            raise EnvError(f"env file {path}: larger than {MAX_ENV_FILE_BYTES} bytes; it is not an env file "
+                           f"({_HOW_TO_WRITE})")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_ENV_FILE_BYTES + 1)
+    except OSError as exc:
+        raise EnvError(f"env file {path}: cannot be read ({exc.strerror or exc}); {_HOW_TO_WRITE}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_ENV_FILE_BYTES:  # it grew since the fstat
+        raise EnvError(f"env file {path}: larger than {MAX_ENV_FILE_BYTES} bytes; it is not an env file "
+                       f"({_HOW_TO_WRITE})")
+    return raw
+
+
 def load_env_file(path: str) -> Dict[str, str]:
     """The environment in the env file at ``path`` (as ``cachesvc-client env --json`` wrote it), validated.
 
@@ -56,17 +88,12 @@ def load_env_file(path: str) -> Dict[str, str]:
     not an object, a field missing or unknown, a value that is not a valid key string. The
     ``CACHESVC_ENV_<FIELD>`` overrides are not applied here (``key_environment`` does that).
     """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_ENV_FILE_BYTES + 1)
-    except OSError as exc:
-        raise EnvError(f"env file {path}: cannot be read ({exc.strerror or exc}); {_HOW_TO_WRITE}") from None
-    if len(raw) > MAX_ENV_FILE_BYTES:
-        raise EnvError(f"env file {path}: larger than {MAX_ENV_FILE_BYTES} bytes; it is not an env file "
-                       f"({_HOW_TO_WRITE})")
+    raw = _read_regular_file(path)
+    if max(raw.count(b"["), raw.count(b"{")) > MAX_ENV_NESTING:
+        raise EnvError(f"env file {path}: nested too deeply for an object of six strings; {_HOW_TO_WRITE}")
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise EnvError(f"env file {path}: not JSON ({exc}); {_HOW_TO_WRITE}") from None
     if not isinstance(doc, dict):
         raise EnvError(f"env file {path}: must be a JSON object of the fields {', '.join(keys.ENV_FIELDS)}, "

@@ -94,22 +94,29 @@ def test_bad_arguments_are_one_line_naming_the_flag_or_variable_and_exit_2(tmp_p
 @pytest.mark.parametrize("doc,names", [
     (None, "cannot be read"), (b"not json", "not JSON"), (b"[]", "must be a JSON object"),
     ({**ENV, "gpu": "H200"}, "unknown env field(s): gpu"), ({**ENV, "torch": 2}, "env.torch must be a string"),
+    (b"[" * 60_000, "nested too deeply"), ("fifo", "not a regular file"),  # a RecursionError; a read that blocks
 ])
 @pytest.mark.parametrize("via", ["flag", "variable"])
 def test_a_bad_env_file_is_a_usage_error_naming_the_file_and_field(tmp_path, doc, names, via):
     path = tmp_path / "env.json"
-    if doc is not None:
+    if doc == "fifo":
+        os.mkfifo(path)  # nothing ever writes to it: reading it would block for good
+    elif doc is not None:
         path.write_bytes(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
     env = container(tmp_path)
-    argv = ["restore", "--name", NAME, "--shape", SHAPE]
+    argv = ["restore", "--name", NAME, "--shape", SHAPE, "--budget", "5"]
     if via == "flag":
         argv += ["--env-file", str(path)]
     else:
         env["CACHESVC_ENV_FILE"] = str(path)
-    out = cli(env, *argv)
+    out = cli(env, *argv, timeout=60)
     assert out.returncode == 2, out
     line = one_line(out.stderr)
     assert f"env file {path}: " in line and names in line, line
+    if via == "flag" and doc in (b"[" * 60_000, "fifo"):
+        publish = cli(env, "publish", "--name", NAME, "--shape", SHAPE, "--env-file", str(path),
+                      "--url", "http://127.0.0.1:9", timeout=60)
+        assert publish.returncode == 2 and names in one_line(publish.stderr), publish
     assert ("$CACHESVC_ENV_FILE" in line) == (via == "variable")
 
 

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import threading
+
 import pytest
 
 from cachesvc_client import CacheClient, keyenv, load_env_file
@@ -174,3 +176,22 @@ print(json.dumps([report.hit, report.env_file, "torch" in sys.modules]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [True, env["CACHESVC_ENV_FILE"], False]
+
+
+@pytest.mark.parametrize("kind", ["nested", "fifo"])
+def test_a_nested_or_fifo_env_file_is_a_miss_at_once_and_publish_refuses_it(tmp_path, kind):
+    """60,000 ``[`` raised RecursionError out of restore() and publish(); a FIFO blocked the read (issue 26, row 7)."""
+    path = tmp_path / "env.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(b"[" * 60_000)
+    client = CacheClient("http://127.0.0.1:9", cache_dir=str(tmp_path / "cache"), env_file=str(path))
+    done = []
+    worker = threading.Thread(target=lambda: done.append(client.restore("mlp", "f32[8,256]")), daemon=True)
+    worker.start()
+    worker.join(30)  # a blocked read would still be blocked: the FIFO has no writer
+    assert done, "restore() blocked on the env file"
+    assert not done[0].hit and done[0].reason.startswith("error: env file ")
+    with pytest.raises(keyenv.EnvError, match="nested too deeply|not a regular file"):
+        client.publish("mlp", "f32[8,256]", roots={"inductor": str(tmp_path)})

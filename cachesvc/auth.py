@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import datetime as dt
 import secrets
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from flask import current_app, g, request, session as cookie_session
-from sqlalchemy import false, select
+from sqlalchemy import delete, false, select
 from sqlalchemy.orm import Session
 
 from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized
-from .models import MAX_ID, Token, utcnow
+from .models import MAX_ID, PageSession, Token, utcnow
 
 SCOPES = ("read", "write", "admin")
 _RANK = {s: i for i, s in enumerate(SCOPES)}
@@ -42,7 +43,7 @@ _FOREIGN = {"api-docs.openapi_json": _OPEN, "api-docs.openapi_swagger_ui": _OPEN
             "web.static": _OPEN}
 #: the blueprints whose requests a session cookie may authenticate (the HTML pages)
 PAGE_BLUEPRINTS = frozenset({"web", "account", "web_admin"})
-_SESSION_KEY = "signed_in"  # {"id": token id, "check": first 16 hex digits of its sha256}
+_SESSION_KEY = "signed_in"  # {"sid": the page session's random id (page_sessions holds its sha256)}
 
 
 @dataclass(frozen=True)
@@ -136,34 +137,52 @@ def cached_principal(svc, header: Optional[str]) -> Principal:
     return principal
 
 
-def sign_in(session: Session, token: str) -> Principal:
-    """Check ``token`` (Unauthorized when unknown or revoked) and start a fresh signed session for it."""
+def sign_in(session: Session, token: str, hours: float) -> Principal:
+    """Check ``token`` (Unauthorized when unknown or revoked) and start a fresh session for it: a
+    ``page_sessions`` row that lasts ``hours``, whose random id the signed cookie holds."""
     principal = authenticate(session, f"Bearer {token.strip()}")
-    row = session.get(Token, principal.token_id)
+    sid = secrets.token_urlsafe(32)
+    now = utcnow()
+    session.add(PageSession(id_hash=hash_token(sid), token_id=principal.token_id, created_at=now,
+                            expires_at=now + dt.timedelta(hours=hours)))
     cookie_session.clear()  # a new session on every sign-in: nothing from before it carries over
-    cookie_session[_SESSION_KEY] = {"id": row.id, "check": row.token_hash[:16]}
-    cookie_session.permanent = True  # expires after SESSION_HOURS (PERMANENT_SESSION_LIFETIME)
+    cookie_session[_SESSION_KEY] = {"sid": sid}
+    cookie_session.permanent = True  # the cookie expires with it (PERMANENT_SESSION_LIFETIME)
     return principal
 
 
-def sign_out() -> None:
+def sign_out(svc) -> None:
+    """End the session on the server (its row is deleted: a copy of the cookie opens nothing) and in
+    the browser."""
+    sid = _cookie_sid()
+    if sid:
+        with svc.db.session() as s:
+            s.execute(delete(PageSession).where(PageSession.id_hash == hash_token(sid)))
     cookie_session.clear()
 
 
-def session_principal(svc) -> Principal:
-    """The principal of the signed session cookie, looked up now; ANONYMOUS when there is none.
-
-    A session whose token is revoked (or gone) is cleared, and ``g.signed_out`` says why the
-    person is anonymous again.
-    """
+def _cookie_sid() -> Optional[str]:
     data = cookie_session.get(_SESSION_KEY)
-    if not isinstance(data, dict) or not isinstance(data.get("id"), int):
+    sid = data.get("sid") if isinstance(data, dict) else None
+    return sid if isinstance(sid, str) and 0 < len(sid) <= 100 else None
+
+
+def session_principal(svc) -> Principal:
+    """The principal of the session cookie, looked up now; ANONYMOUS when there is none.
+
+    A session that the server no longer has (signed out, expired, or from before page_sessions), or
+    whose token is revoked, is cleared, and ``g.signed_out`` says why the person is anonymous again.
+    """
+    sid = _cookie_sid()
+    if sid is None:
+        if _SESSION_KEY in cookie_session:
+            cookie_session.clear()
         return ANONYMOUS
     with svc.db.session() as s:
-        row = s.get(Token, data["id"]) if 0 < data["id"] <= MAX_ID else None
-        live = (row is not None and row.revoked_at is None
-                and hmac.compare_digest(row.token_hash[:16], str(data.get("check", ""))))
-        principal = Principal(f"token:{row.name}", row.scope, row.id) if live else None
+        found = s.execute(select(PageSession, Token).join(Token, Token.id == PageSession.token_id).where(
+            PageSession.id_hash == hash_token(sid))).first()
+        live = found is not None and found[1].revoked_at is None and found[0].expires_at > utcnow()
+        principal = Principal(f"token:{found[1].name}", found[1].scope, found[1].id) if live else None
     if principal is None:
         cookie_session.clear()
         g.signed_out = True

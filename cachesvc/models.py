@@ -197,6 +197,18 @@ class Token(Base):
     revoked_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
 
 
+class PageSession(Base):
+    """A sign-in on the pages: the cookie holds a random id, the table its sha256. Signing out deletes the
+    row, so a copied cookie opens nothing after it (the cookie alone cannot be recalled)."""
+
+    __tablename__ = "page_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime, index=True)
+
+
 class AuditRecord(Base):
     """Who did what, when, and how many bytes it moved (publish, purge, gc, token changes)."""
 

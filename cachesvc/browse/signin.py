@@ -106,7 +106,7 @@ def _local(target: str) -> str:
 
 def _login_form(next_path: str, message: str = "", status: int = 200) -> str:
     if not message and getattr(g, "signed_out", False):
-        message = "Your sign-in ended: its token was revoked. Sign in with another token."
+        message = "Your sign-in ended (you signed out, it expired, or its token was revoked): sign in again."
     elif not message and status == 401:
         message = "Sign in with a token to see this page."
     return render_template("login.html", next=_local(next_path), message=message)
@@ -127,7 +127,7 @@ def login_post():
     token, target = request.form.get("token", ""), _local(request.form.get("next", ""))
     try:
         with services().db.session() as s:
-            principal = auth.sign_in(s, token)
+            principal = auth.sign_in(s, token, services().settings["SESSION_HOURS"])
     except Unauthorized:
         return _login_form(target, message="Unknown or revoked token: check it and try again."), 401
     log.info("signed in on the pages: %s (%s)", principal.name, principal.scope)
@@ -137,7 +137,7 @@ def login_post():
 @bp.route("/logout", methods=["POST"])
 @auth.requires(None)
 def logout():
-    auth.sign_out()
+    auth.sign_out(services())
     return redirect(url_for("account.login"), code=303)
 
 

@@ -6,7 +6,10 @@ import re
 
 import pytest
 
+from sqlalchemy import select, update
+
 from cachesvc.lifecycle import actions
+from cachesvc.models import PageSession, Token
 from tests.helpers import key, publish, resolve_params
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
@@ -204,3 +207,33 @@ def test_replicas_with_one_secret_key_honour_each_others_sign_ins_and_others_do_
         assert c.get("/", headers=HTML).status_code == status
     for other in made:
         other.extensions["cachesvc"].db.engine.dispose()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_sign_out_ends_the_session_on_the_server_so_a_copied_cookie_opens_nothing(people, tokens, app):
+    """Issue 26, row 5: sign-out cleared only the browser's cookie; a copy still opened the admin pages
+    and created an admin token for up to SESSION_HOURS."""
+    sign_in(people, tokens["admin"])
+    cookie = people.get_cookie("cachesvc_session").value
+    thief = app.test_client()
+    thief.set_cookie("cachesvc_session", cookie)
+    assert thief.get("/admin/tokens", headers=HTML).status_code == 200, "the copy works while signed in"
+    csrf = csrf_of(thief.get("/admin/tokens", headers=HTML).get_data(as_text=True))
+    page = people.get("/admin/tokens", headers=HTML).get_data(as_text=True)
+    assert people.post("/logout", data={"csrf_token": csrf_of(page)}).status_code == 303
+    stolen = app.test_client()
+    stolen.set_cookie("cachesvc_session", cookie)  # the cookie as it was before the sign-out
+    assert stolen.get("/admin/tokens", headers=HTML).status_code == 401
+    made = stolen.post("/admin/tokens", data={"name": "backdoor", "scope": "admin", "csrf_token": csrf}, headers=HTML)
+    assert made.status_code in (400, 401)
+    with app.extensions["cachesvc"].db.session() as s:
+        assert "backdoor" not in {t.name for t in s.scalars(select(Token))}
+        assert s.scalars(select(PageSession)).all() == []
+
+
+def test_a_session_past_its_hours_ends_on_the_server_whatever_the_cookie_says(people, tokens, app):
+    sign_in(people, tokens["read"])
+    with app.extensions["cachesvc"].db.session() as s:
+        s.execute(update(PageSession).values(expires_at=PageSession.created_at))
+    assert people.get("/", headers=HTML).status_code == 401

@@ -13,10 +13,11 @@ closed). Anonymous requests get ``read`` when ``CACHESVC_ANONYMOUS_READ`` is
 on, nothing otherwise; writing always needs a token.
 
 People sign in on the pages (``cachesvc.browse.signin``): the signed session cookie
-holds a token's id and the first 16 hex digits of its hash, never the token.
-Requests to the page blueprints (``PAGE_BLUEPRINTS``) without an Authorization
-header are authenticated by it, checked against the tokens table on every
-request (no cache), so a revoked token signs its sessions out at once. The
+holds a random session id, never the token; ``page_sessions`` holds its sha256, its
+token and its end, and sign-out deletes it. Requests to the page blueprints
+(``PAGE_BLUEPRINTS``) without an Authorization header are authenticated by it,
+checked against that table and the tokens table on every request (no cache), so
+a revoked token signs its sessions out at once. The
 cookie authenticates nothing under /api: the API needs no CSRF defence.
 """
 from __future__ import annotations

@@ -41,6 +41,8 @@ SETTINGS: Dict[str, tuple] = {
     "LRU_BUDGET_BYTES": (0, "size", "Stored bytes the scheduled eviction keeps: least recently restored versions are purged beyond it, then GC runs; 0: off."),
     "GC_INTERVAL_SECONDS": (0, float, "Seconds between scheduled runs of that eviction (LRU_BUDGET_BYTES) and GC inside the service; 0: no scheduled runs."),
     "REMOTE_CACHE_MAX_BYTES": (64 * 1024**2, "size", "Largest value Inductor's live remote cache may store (PUT /api/v1/remote-cache); larger ones get 413 and stay in the process's local cache."),
+    "EVENTS_RETENTION_DAYS": (90.0, float, "Days the events table (one row a resolve, a verdict, a publish) keeps a row; the scheduled rounds (GC_INTERVAL_SECONDS) delete older ones. The stats keep their totals (event_rollups); the pages' per-entry hit rates cover this window. 0 keeps them for ever."),
+    "AUDIT_RETENTION_DAYS": (365.0, float, "Days the audit log keeps a record; the scheduled rounds delete older ones. 0 keeps them for ever."),
     "REMOTE_CACHE_MAX_IDLE_DAYS": (30.0, float, "GC evicts remote-cache items not read or written for this many days; 0 never evicts."),
 }
 

@@ -125,6 +125,9 @@ class Database:
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
+        from . import rollups
+
+        rollups.install()  # every event written through a session also adds itself to the stats' totals
         self._factory = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextlib.contextmanager

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Dict, List, Optional
 
-from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, JSON, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Date, DateTime, Float, ForeignKey, Index, Integer, JSON, String, Text, UniqueConstraint
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -181,6 +181,19 @@ class Event(Base):
     version_id: Mapped[Optional[int]] = mapped_column(Integer)
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     seconds: Mapped[Optional[float]] = mapped_column(Float)  # hit: the version's cold compile seconds, saved
+
+
+class EventRollup(Base):
+    """Running totals of events per day and counted kind (``cachesvc.rollups``): what the stats and /metrics
+    read, so a scrape costs the same at any age and the numbers outlive the events' retention."""
+
+    __tablename__ = "event_rollups"
+
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)  # Event.kind, fallback_restore, gc_run
+    count: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class Token(Base):

@@ -1,5 +1,7 @@
 """What the cache holds, costs and saves: totals and a daily series, from the index.
 
+The event counts come from ``event_rollups`` (``cachesvc.rollups``: running totals per day and kind,
+kept as events are written), so a scrape reads a few rows a day, not every event ever written.
 Stored bytes over time come from ``stored`` and ``freed`` events (written when
 blob rows are added and when GC deletes them). What the numbers mean, and the
 events they are counted from:
@@ -27,18 +29,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Dict, List, Optional
 
-from sqlalchemy import case, distinct, func, select
+from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
-from ..models import AuditRecord, Blob, Entry, Event, Version, utcnow
+from ..models import Blob, Entry, Event, EventRollup, Version, utcnow
 
 VERDICTS = ("paid_off", "partial", "no_hits")
 HIT_VERDICTS = ("paid_off", "partial")
-
-#: the kind of an event as the stats count it: a miss that a fallback answered is a fallback restore
-_COUNTED_KIND = case(((Event.kind == "miss") & Event.version_id.isnot(None), "fallback_restore"),
-                     else_=Event.kind).label("counted")
-
 
 def _ratio(part: int, whole: int) -> Optional[float]:
     return round(part / whole, 3) if whole else None
@@ -52,11 +49,12 @@ def totals(session: Session) -> Dict[str, object]:
                func.coalesce(func.sum(Version.total_bytes), 0)).where(committed)).one()
     blobs, stored = session.execute(select(func.count(), func.coalesce(func.sum(Blob.stored_size), 0))
                                     .select_from(Blob)).one()
-    by_kind = {k: (n, float(sec)) for k, n, sec in session.execute(
-        select(_COUNTED_KIND, func.count(), func.coalesce(func.sum(Event.seconds), 0.0)).group_by(_COUNTED_KIND))}
+    by_kind = {k: (int(n), float(sec)) for k, n, sec in session.execute(
+        select(EventRollup.kind, func.sum(EventRollup.count), func.coalesce(func.sum(EventRollup.seconds), 0.0))
+        .group_by(EventRollup.kind))}
     count = {k: n for k, (n, _) in by_kind.items()}
     logical, stored = int(logical), int(stored)  # PostgreSQL sums are Decimal
-    gc_runs = session.scalar(select(func.count()).select_from(AuditRecord).where(AuditRecord.action == "gc"))
+    gc_runs = count.get("gc_run", 0)
     fallbacks, misses = count.get("fallback_restore", 0), count.get("miss", 0)
     restores = count.get("hit", 0) + fallbacks
     verdicts = {v: count.get(v, 0) for v in VERDICTS}
@@ -81,18 +79,14 @@ def daily(session: Session, days: int = 30, today: dt.date | None = None) -> Lis
     compile seconds its verdicts saved, and publishes."""
     today = today or utcnow().date()
     first = today - dt.timedelta(days=days - 1)
-    start = dt.datetime.combine(first, dt.time())
-    before = dict(session.execute(select(Event.kind, func.coalesce(func.sum(Event.bytes), 0))
-                                  .where(Event.at < start, Event.kind.in_(("stored", "freed")))
-                                  .group_by(Event.kind)).all())
-    day = func.date(Event.at)
+    r = EventRollup
+    before = dict(session.execute(select(r.kind, func.coalesce(func.sum(r.bytes), 0))
+                                  .where(r.day < first, r.kind.in_(("stored", "freed"))).group_by(r.kind)).all())
     per_day: Dict[str, Dict[str, tuple]] = {}
     saved: Dict[str, float] = {}
     for d, kind, n, nbytes, seconds in session.execute(
-            select(day, _COUNTED_KIND, func.count(), func.coalesce(func.sum(Event.bytes), 0),
-                   func.coalesce(func.sum(Event.seconds), 0.0))
-            .where(Event.at >= start).group_by(day, _COUNTED_KIND)):
-        per_day.setdefault(str(d), {})[kind] = (n, int(nbytes))
+            select(r.day, r.kind, r.count, r.bytes, r.seconds).where(r.day >= first)):
+        per_day.setdefault(str(d), {})[kind] = (int(n), int(nbytes))
         if kind in HIT_VERDICTS:
             saved[str(d)] = saved.get(str(d), 0.0) + float(seconds)
     stored = int(before.get("stored", 0)) - int(before.get("freed", 0))

@@ -11,6 +11,8 @@ the database file, taken without waiting. The process that gets it
    its creation when never restored, orders them);
 2. runs ``collect.gc``, which deletes a purged version's blobs only after
    ``GC_GRACE_SECONDS``, so restores that resolved it before the purge finish;
+3. deletes events and audit records past ``EVENTS_RETENTION_DAYS`` and
+   ``AUDIT_RETENTION_DAYS``, and ended page sessions (``retention``);
 
 through the admin actions (``cachesvc.lifecycle.actions``, as an admin's purge does), which write the
 ``purge``/``gc`` audit records, with the actor ``scheduler``. The
@@ -34,7 +36,7 @@ from filelock import FileLock, Timeout
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from . import actions
+from . import actions, retention
 
 log = logging.getLogger(__name__)
 
@@ -81,18 +83,21 @@ class Scheduler:
             lock.release()
 
     def run_once(self) -> Optional[dict]:
-        """One round: evict to the budget, then GC. None when another process holds the runner lock."""
+        """One round: evict to the budget, GC, then retention. None when another process holds the runner lock."""
         settings = self.svc.settings
         with self._runner_lock() as mine:
             if not mine:
                 return None
             budget = int(settings["LRU_BUDGET_BYTES"] or 0)
             if budget <= 0:
-                return {"purge": None, "gc": actions.gc(self.svc, actor=ACTOR)}
-            purged = actions.purge(self.svc, {"max_total_bytes": budget}, actor=ACTOR)
-            return {"purge": {"version_count": purged["version_count"], "bytes_freed": purged["bytes_freed"],
-                              "versions": [v["id"] for v in purged["versions"]]},
-                    "gc": purged["gc"]}
+                result = {"purge": None, "gc": actions.gc(self.svc, actor=ACTOR)}
+            else:
+                purged = actions.purge(self.svc, {"max_total_bytes": budget}, actor=ACTOR)
+                result = {"purge": {"version_count": purged["version_count"], "bytes_freed": purged["bytes_freed"],
+                                    "versions": [v["id"] for v in purged["versions"]]},
+                          "gc": purged["gc"]}
+            result["retention"] = retention.apply(self.svc)
+            return result
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

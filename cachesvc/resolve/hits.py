@@ -32,6 +32,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from sqlalchemy import bindparam, case, insert, or_, update
 
 from ..db import Database
+from .. import rollups
 from ..models import Entry, Event, Version, utcnow
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,9 @@ def _bump(conn, model, tally: Tally) -> None:
 def _write(conn, entries: Tally, versions: Tally, events: List[dict]) -> None:
     _bump(conn, Entry, entries)
     _bump(conn, Version, versions)
-    conn.execute(insert(Event.__table__), events)
+    if events:
+        conn.execute(insert(Event.__table__), events)
+        rollups.add(conn, events)  # a core insert: the ORM's flush hook does not see these
 
 
 def write_now(session, restores: Iterable[Tuple[int, int, int, Optional[float]]], kind: str = "hit") -> None:

@@ -23,8 +23,8 @@ from typing import Iterator
 import click
 
 from .failures import Failure
+from .proxy import SOCKET_PATH_MAX, nginx_front
 
-_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
 
 @contextlib.contextmanager
@@ -48,11 +48,9 @@ def _metrics_dir(run: Path) -> None:
 
 
 def serve(settings: dict, *, host: str, port: int, workers: int, threads: int) -> None:
-    """Migrate where AUTO_MIGRATE says so, then run gunicorn until it is stopped."""
-    from gunicorn.app.base import BaseApplication
-
+    """Migrate where AUTO_MIGRATE says so, then run gunicorn (behind nginx with SERVE_PROXY) until it is
+    stopped."""
     from .. import db
-    from .direct import safe_url
 
     if settings["AUTO_MIGRATE"]:
         db.upgrade(settings["DATABASE_URL"])
@@ -68,28 +66,40 @@ def serve(settings: dict, *, host: str, port: int, workers: int, threads: int) -
         # (two processes on one socket corrupt each other's replies: 8 concurrent publishes got 500s).
         app.extensions["cachesvc"].db.engine.dispose()
         control = run / "gunicorn.ctl"
+        with contextlib.ExitStack() as stack:
+            bind = (stack.enter_context(nginx_front(run, host, port, settings)) if settings["SERVE_PROXY"]
+                    else f"{host}:{port}")
+            _gunicorn(app, settings, bind, workers, threads, control, f"http://{host}:{port}", run)
 
-        def child_exit(_server, worker):
-            from prometheus_client import multiprocess
 
-            multiprocess.mark_process_dead(worker.pid)
+def _gunicorn(app, settings: dict, bind: str, workers: int, threads: int, control: Path, url: str, run: Path) -> None:
+    """Run gunicorn on ``bind`` until it is stopped."""
+    from gunicorn.app.base import BaseApplication
 
-        class _Server(BaseApplication):
-            def load_config(self):
-                for name, value in (("bind", f"{host}:{port}"), ("workers", workers), ("threads", threads),
-                                    ("timeout", 300), ("accesslog", "-"), ("child_exit", child_exit),
-                                    ("post_fork", lambda _s, _w: app.extensions["cachesvc_scheduler"].ensure_started())):
-                    self.cfg.set(name, value)
-                if "control_socket" in self.cfg.settings:  # gunicorn >= 25.1: one of our own, or none
-                    if len(str(control)) <= _SOCKET_PATH_MAX:
-                        self.cfg.set("control_socket", str(control))
-                    else:
-                        self.cfg.set("control_socket_disable", True)
+    from .direct import safe_url
 
-            def load(self):
-                return app
+    def child_exit(_server, worker):
+        from prometheus_client import multiprocess
 
-        server = _Server()
-        click.echo(f"cachesvc on http://{host}:{port}  database={safe_url(settings['DATABASE_URL'])}  "
-                   f"storage={settings['STORAGE_URL']}  run folder={run}", err=True)
-        server.run()
+        multiprocess.mark_process_dead(worker.pid)
+
+    class _Server(BaseApplication):
+        def load_config(self):
+            for name, value in (("bind", bind), ("workers", workers), ("threads", threads),
+                                ("timeout", 300), ("accesslog", "-"), ("child_exit", child_exit),
+                                ("post_fork", lambda _s, _w: app.extensions["cachesvc_scheduler"].ensure_started())):
+                self.cfg.set(name, value)
+            if "control_socket" in self.cfg.settings:  # gunicorn >= 25.1: one of our own, or none
+                if len(str(control)) <= SOCKET_PATH_MAX:
+                    self.cfg.set("control_socket", str(control))
+                else:
+                    self.cfg.set("control_socket_disable", True)
+
+        def load(self):
+            return app
+
+    server = _Server()
+    front = " (nginx in front)" if bind.startswith("unix:") else ""
+    click.echo(f"cachesvc on {url}{front}  database={safe_url(settings['DATABASE_URL'])}  "
+               f"storage={settings['STORAGE_URL']}  run folder={run}", err=True)
+    server.run()

@@ -1,0 +1,91 @@
+"""The buffering proxy in front of gunicorn (``cachesvc serve`` with ``CACHESVC_SERVE_PROXY``): nginx.
+
+gunicorn's gthread worker reads a request's headers and body in its thread pool: 64 clients that
+each send a header byte a second held every thread, and /healthz went unanswered. nginx (event
+driven, one worker holds thousands of connections) takes the slow part: it reads each request's
+headers within ``client_header_timeout`` and its whole body within ``client_body_timeout`` (a
+timeout between two reads), buffering bodies (to a temp file past 64 KiB) before gunicorn sees a
+byte, and refuses bodies past each route's limit (413). gunicorn then listens on a Unix socket in
+the run folder only, so nothing reaches it around nginx. Why nginx and not an async worker:
+docs/security.md ("Slow clients").
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from .failures import Failure
+
+SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+
+#: seconds nginx waits for a client's headers, and between two reads of its body
+HEADER_TIMEOUT, BODY_TIMEOUT = 10, 30
+
+_CONF = """\
+worker_processes 1;
+{user}pid {run}/nginx.pid;
+error_log stderr warn;
+daemon off;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;  # gunicorn logs every request
+  client_body_temp_path {run}/nginx-body; proxy_temp_path {run}/nginx-proxy;
+  fastcgi_temp_path {run}/nginx-fcgi; uwsgi_temp_path {run}/nginx-uwsgi; scgi_temp_path {run}/nginx-scgi;
+  client_header_timeout {header}s; client_body_timeout {body}s; send_timeout 60s; keepalive_timeout 30s;
+  client_header_buffer_size 1k; large_client_header_buffers 4 16k;
+  client_max_body_size {default};  # the pages and their forms: BODY_LIMIT_BYTES, as the app's own check
+  proxy_request_buffering on; proxy_buffering on; proxy_read_timeout 300s;
+  proxy_http_version 1.1;
+  upstream cachesvc {{ server unix:{socket}; }}
+  server {{
+    listen {host}:{port};
+    proxy_set_header Host $http_host;
+    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    location / {{ proxy_pass http://cachesvc; }}
+    location /api/v1/ {{ client_max_body_size {request}; proxy_pass http://cachesvc; }}
+    location /api/v1/blobs/ {{ client_max_body_size {blob}; proxy_pass http://cachesvc; }}
+    location /api/v1/packs/ {{ client_max_body_size {pack}; proxy_pass http://cachesvc; }}
+    location /api/v1/remote-cache/ {{ client_max_body_size {remote}; proxy_pass http://cachesvc; }}
+  }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def nginx_front(run: Path, host: str, port: int, settings: dict) -> Iterator[str]:
+    """nginx listening on ``host:port`` for as long as the block runs; yields gunicorn's bind (a Unix
+    socket in ``run``). Raises Failure when nginx is not installed or does not start."""
+    from ..storage import packs
+
+    binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+    if binary is None:
+        raise Failure("CACHESVC_SERVE_PROXY is on but nginx is not installed (apt-get install nginx-light), "
+                      "or turn it off to serve with gunicorn alone")
+    socket = run / "gunicorn.sock"
+    short = None
+    if len(str(socket)) > SOCKET_PATH_MAX:  # a deep TMPDIR: the socket goes in a short folder of its own
+        short = Path(tempfile.mkdtemp(prefix="cachesvc-", dir="/tmp"))
+        socket = short / "gunicorn.sock"
+    conf = run / "nginx.conf"
+    conf.write_text(_CONF.format(
+        user="user root;\n" if os.geteuid() == 0 else "", run=run, socket=socket, host=host, port=port,
+        header=HEADER_TIMEOUT, body=BODY_TIMEOUT, default=settings["BODY_LIMIT_BYTES"],
+        request=max(settings["MAX_REQUEST_BYTES"], settings["BODY_LIMIT_BYTES"]),
+        blob=settings["MAX_BLOB_BYTES"], pack=packs.MAX_PACK, remote=settings["REMOTE_CACHE_MAX_BYTES"] + 1))
+    proc = subprocess.Popen([binary, "-e", "stderr", "-c", str(conf), "-p", str(run)])
+    try:
+        yield f"unix:{socket}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if short is not None:
+            shutil.rmtree(short, ignore_errors=True)

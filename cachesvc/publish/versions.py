@@ -155,23 +155,26 @@ def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int,
                version_id: int) -> Optional[Tuple[str, int, Optional[str], str]]:
     """(encoding, stored size, stored sha256 or None, incoming key) of a blob version ``version_id``
     uploaded by a presigned PUT (``incoming_key``); None when it is not there, or not a valid encoding
-    of the blob. Large zstd objects are read back and decoded."""
+    of the blob.
+
+    Every upload is read back and decoded, whatever its size: a presigned URL pins neither the bytes nor
+    (for zstd) the length, so an object of the right size could be anything (another write token's
+    same-size garbage, claiming the digest for good). One that does not decode to the blob is deleted,
+    so the publisher's next upload starts clean."""
     order = [prefer] if prefer else []
     order += [e for e in ENCODINGS if e != prefer]
     for enc in order:
         staged = incoming_key(version_id, blob_key(digest, enc))
         stored = storage.stat(staged)
-        if stored is None:
-            continue
-        if enc == "identity":
-            return (enc, stored, None, staged) if stored == size else None  # a short or wrong upload
-        if size < blobs.VERIFY_AT_COMMIT_MIN:
-            return enc, stored, None, staged
+        if stored is None or (enc == "identity" and stored != size):
+            continue  # absent, or an identity upload of the wrong length: not this blob
         try:
             stored_sha = blobs.check_stored(storage, digest, enc, size, key=staged)
         except blobs.BadBlob:
-            return None  # the publisher uploads it again
-        return (enc, stored, stored_sha, staged) if stored_sha is not None else None
+            storage.delete(staged)
+            continue
+        if stored_sha is not None:
+            return enc, stored, stored_sha, staged
     return None
 
 

@@ -37,8 +37,8 @@ from ..errors import Conflict, InvalidRequest
 from ..models import Blob, Version, VersionFile, utcnow
 from . import BlobNotFound, Storage, blob_key
 
-#: objects uploaded straight to storage at least this large (decoded) are read back and checked at
-#: commit, so their stored_sha256 can be recorded; smaller ones are hashed by the restoring client
+#: a blob this large (decoded) is "large" to the tests of decoding at commit; every object uploaded
+#: straight to storage is read back and checked at commit whatever its size (publish.versions._stat_blob)
 VERIFY_AT_COMMIT_MIN = 8 << 20
 #: a blob stored less than this before a pending version was created may still have been missing when the
 #: version was told what to upload (its row is stamped just before its transaction commits; the clocks of

@@ -92,6 +92,9 @@ class Version(Base):
     # it strictly increases within a key; two keys committing at once may share a number. None while pending.
     commit_seq: Mapped[Optional[int]] = mapped_column(BigInteger)
     lease_expires_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
+    # The token that created it: only that token gets its upload targets and commits it (None: created by a
+    # `cachesvc` command on the database, or before this was recorded)
+    token_id: Mapped[Optional[int]] = mapped_column(Integer)
     last_restored_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
     restore_count: Mapped[int] = mapped_column(Integer, default=0)
     purged_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)

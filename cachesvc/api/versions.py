@@ -1,7 +1,7 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
-from .. import index, lifecycle, metrics, publish
+from .. import auth, index, lifecycle, metrics, publish
 from ..storage import packs
 from ..auth import requires
 from ..models import Version, VersionFile
@@ -37,7 +37,7 @@ def create(body):
     svc = services()
     with svc.db.session() as s:
         status, result = publish.create_version(s, svc.storage, svc.settings, body,
-                                                actor=lifecycle.request_actor())
+                                                actor=lifecycle.request_actor(), token_id=auth.current().token_id)
     return result, status
 
 
@@ -50,6 +50,7 @@ def commit(body, version_id):
     """Make a pending version visible, once every blob it names is stored (409 `blobs_missing` otherwise)."""
     svc = services()
     with svc.db.session() as s:
+        publish.check_creator(s, version_id, auth.current().token_id)
         result, direct_bytes = publish.commit_version(s, svc.storage, version_id, body["uploaded"], body["packs"],
                                                       actor=lifecycle.request_actor())
     metrics.current().bytes_in.labels("storage").inc(direct_bytes)  # uploaded straight to storage (presigned)
@@ -66,6 +67,7 @@ def pack_targets(body, version_id):
     `{sha256, target}` per pack, the target a presigned PUT or `PUT /api/v1/packs/<sha256>`."""
     svc = services()
     with svc.db.session() as s:
+        publish.check_creator(s, version_id, auth.current().token_id)
         return {"targets": packs.upload_targets(s, svc.storage, version_id, body["packs"],
                                                 svc.settings["PRESIGN_EXPIRES"])}
 
@@ -81,6 +83,7 @@ def blob_targets(body, version_id):
     `PUT /api/v1/blobs/<sha256>`; `stored` lists those stored since the create (nothing to upload)."""
     svc = services()
     with svc.db.session() as s:
+        publish.check_creator(s, version_id, auth.current().token_id)
         return publish.blob_targets(s, svc.storage, svc.settings, version_id, body["blobs"])
 
 

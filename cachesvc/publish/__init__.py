@@ -14,6 +14,6 @@
 
 ``admission`` links content another key has, ``merging`` folds the key's other versions in.
 """
-from .versions import blob_targets, commit_version, create_version
+from .versions import blob_targets, check_creator, commit_version, create_version
 
-__all__ = ["blob_targets", "commit_version", "create_version"]
+__all__ = ["blob_targets", "check_creator", "commit_version", "create_version"]

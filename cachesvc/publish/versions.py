@@ -33,7 +33,7 @@ from . import admission, merging
 from ..storage import blobs, packs as packs_mod
 from .. import lifecycle
 from .. import index
-from ..errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
+from ..errors import BlobsMissing, Conflict, Forbidden, InvalidRequest, NotFound, PayloadTooLarge
 from ..models import Blob, Event, PendingPack, Version, VersionFile, utcnow
 from ..storage import ENCODINGS, Storage, blob_key, incoming_key
 
@@ -62,9 +62,12 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
     return sizes
 
 
-def upload_target(storage: Storage, digest: str, encoding: str, expires: int, version_id: int) -> dict:
-    # presigned: into the version's incoming folder; commit checks it there and moves it into place
-    target = storage.upload_target(incoming_key(version_id, blob_key(digest, encoding)), expires)
+def upload_target(storage: Storage, digest: str, encoding: str, expires: int, version_id: int, size: int) -> dict:
+    # presigned: into the version's incoming folder; commit checks it there and moves it into place. An
+    # identity upload's length is the blob's size, signed into the URL; a zstd one's is not known yet
+    # (commit reads it back: past the size, its decode fails and the object is deleted)
+    target = storage.upload_target(incoming_key(version_id, blob_key(digest, encoding)), expires,
+                                   size if encoding == "identity" else None)
     if target is None:  # bytes go through the service (local backend, or presigning off)
         target = {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}&version={version_id}",
                   "headers": {}}
@@ -79,11 +82,11 @@ def _audit(session: Session, actor: str, version: dict, new_stored_bytes: int, *
                                                     "new_stored_bytes": new_stored_bytes, **details})
 
 
-def create_version(session: Session, storage: Storage, settings: dict, body: dict, *, actor: str
-                   ) -> Tuple[int, dict]:
+def create_version(session: Session, storage: Storage, settings: dict, body: dict, *, actor: str,
+                   token_id: Optional[int] = None) -> Tuple[int, dict]:
     """Record a publish's manifest: (201, a pending version and the blobs to upload), or (200, the key's
     newest version when the content is the same, or a committed ``linked`` version when another key has
-    it: audited as a publish by ``actor``)."""
+    it: audited as a publish by ``actor``). A pending version belongs to ``token_id`` (``check_creator``)."""
     key, files = body["key"], body["files"]
     sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     lifecycle.store_lock(session)  # GC must see this pending version, or run wholly before it
@@ -112,6 +115,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
         file_count=len(files), total_bytes=sum(f["size"] for f in files), roots=body["roots"],
         meta=body["meta"], compile_seconds=body["compile_seconds"], created_at=now,
         lease_expires_at=now + dt.timedelta(seconds=settings["UPLOAD_LEASE_SECONDS"]), restore_count=0,
+        token_id=token_id,
     )
     session.add(version)
     session.flush()
@@ -120,7 +124,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     if body.get("inline_targets", True):  # a client from before batched targets
         expires = settings["PRESIGN_EXPIRES"]
         for item in upload:
-            item["targets"] = {enc: upload_target(storage, item["sha256"], enc, expires, version.id)
+            item["targets"] = {enc: upload_target(storage, item["sha256"], enc, expires, version.id, item["size"])
                                for enc in ENCODINGS}
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
                  "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
@@ -138,15 +142,15 @@ def blob_targets(session: Session, storage: Storage, settings: dict, version_id:
     if version.lease_expires_at and version.lease_expires_at < utcnow():
         raise Conflict(f"version {version_id} was not committed within its upload lease; publish again")
     wanted = list(dict.fromkeys(digests))
-    named = set(session.scalars(select(VersionFile.digest).where(VersionFile.version_id == version_id,
-                                                                 VersionFile.digest.in_(wanted))))
+    named = dict(session.execute(select(VersionFile.digest, VersionFile.size).where(
+        VersionFile.version_id == version_id, VersionFile.digest.in_(wanted))).all())
     if len(named) < len(wanted):
         odd = [d for d in wanted if d not in named]
         raise InvalidRequest(f"blob {odd[0]} is not a file of version {version_id}; ask only for the blobs its "
                              "create answer listed", {"field": "blobs", "blobs": odd[:100]})
     stored = set(index.present_sizes(session, wanted))
     expires = settings["PRESIGN_EXPIRES"]
-    return {"targets": [{"sha256": d, "targets": {enc: upload_target(storage, d, enc, expires, version_id)
+    return {"targets": [{"sha256": d, "targets": {enc: upload_target(storage, d, enc, expires, version_id, named[d])
                                                   for enc in ENCODINGS}} for d in wanted if d not in stored],
             "stored": sorted(stored)}
 
@@ -243,6 +247,23 @@ def _pending_under_lock(session: Session, version_id: int) -> Tuple[Version, Opt
     return version, None
 
 
+def check_creator(session: Session, version_id: int, token_id: Optional[int]) -> None:
+    """Forbidden unless ``token_id`` created pending version ``version_id`` (or no token did): another write
+    token must not fetch its upload targets (and overwrite an upload in flight) or commit it."""
+    version = session.get(Version, version_id)
+    if version is not None and version.state == "pending" and version.token_id is not None \
+            and version.token_id != token_id:
+        raise Forbidden(f"version {version_id} was created by another token: only that token uploads to it "
+                        "and commits it; publish with your own")
+
+
+def _sweep_incoming(storage: Storage, version_id: int) -> None:
+    """Delete what is left in the version's incoming folder once its uploads are taken: the other
+    encoding of a blob, uploads past a blob's size, anything PUT to its targets that it did not use."""
+    for k in list(storage.iter_keys(incoming_key(version_id, ""))):
+        storage.delete(k)
+
+
 def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
                    packs: Optional[List[dict]] = None, *, actor: str) -> Tuple[dict, int]:
     """Commit a pending version once every blob it names is stored (``_take_uploads``), audited as a
@@ -253,6 +274,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     if done is not None:
         return done, 0
     direct_bytes = _take_uploads(session, storage, version_id, uploaded, packs)
+    _sweep_incoming(storage, version_id)
     merging.catch_up(session, version)
     if version.file_count == 0:  # recorded before empty manifests were refused
         raise InvalidRequest(f"version {version_id} has no files: a version without files would hide the key's "

@@ -110,9 +110,10 @@ class Storage(abc.ABC):
     def iter_keys(self, prefix: str = "") -> Iterator[str]:
         """Every key under ``prefix`` (for GC and tests)."""
 
-    def upload_target(self, key: str, expires: int) -> Optional[Dict]:
+    def upload_target(self, key: str, expires: int, size: Optional[int] = None) -> Optional[Dict]:
         """A presigned ``{"method", "url", "headers"}`` for a direct upload, or None
-        when bytes must go through the service."""
+        when bytes must go through the service. ``size``: the body's length, signed into the URL
+        (storage refuses a PUT of another length)."""
         return None
 
     def download_url(self, key: str, expires: int) -> Optional[str]:

@@ -80,7 +80,7 @@ def upload_targets(session: Session, storage: Storage, version_id: int, packs: L
         if p["size"] > MAX_PACK:
             raise PayloadTooLarge(f"pack {p['sha256']} is {p['size']} bytes; the limit is {MAX_PACK}")
         target = None if p["sha256"] in recorded else storage.upload_target(
-            incoming_key(version_id, pack_key(p["sha256"])), expires)  # moved into place at commit
+            incoming_key(version_id, pack_key(p["sha256"])), expires, p["size"])  # moved into place at commit
         if target is None:
             target = {"method": "PUT", "url": f"/api/v1/packs/{p['sha256']}?version={version_id}", "headers": {}}
         out.append({"sha256": p["sha256"], "target": target})

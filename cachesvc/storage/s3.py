@@ -197,11 +197,13 @@ class S3Storage(Storage):
         except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
             raise self._translate(exc, prefix) from None
 
-    def upload_target(self, key: str, expires: int) -> Optional[Dict]:
+    def upload_target(self, key: str, expires: int, size: Optional[int] = None) -> Optional[Dict]:
         if not self.presign:
             return None
-        url = self._signer.generate_presigned_url(
-            "put_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires)
+        params = {"Bucket": self.bucket, "Key": self._key(key)}
+        if size is not None:  # Content-Length is then a signed header: S3 refuses a PUT of any other length
+            params["ContentLength"] = size
+        url = self._signer.generate_presigned_url("put_object", Params=params, ExpiresIn=expires)
         return {"method": "PUT", "url": url, "headers": {}}
 
     def download_url(self, key: str, expires: int) -> Optional[str]:

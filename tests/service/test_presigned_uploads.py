@@ -29,3 +29,44 @@ def test_a_same_size_garbage_upload_is_refused_at_commit_and_the_real_one_then_c
     assert done.status_code == 200, done.json
     with storage.open(blob_key(sha(data), "identity")) as body:
         assert body.read() == data
+
+
+def test_an_identity_target_takes_only_the_blobs_length_and_commit_sweeps_what_is_left(client, app, storage):
+    """Issue 26, row 9: presigned PUT URLs pinned no size (ten 20 MiB PUTs to the targets of 64-byte blobs were
+    taken, and 200 MiB stayed in v1/incoming/ after GC). The identity target signs the length; a zstd
+    target cannot (the compressed length is not known when it is made): its oversized upload fails the
+    decode at commit and is deleted, and the commit sweeps the version's incoming folder."""
+    data = b"k" * 64
+    answer = client.post("/api/v1/versions", json=publish_body({"k.py": data}, key(name="sized"))).json
+    vid = answer["version"]["id"]
+    [item] = answer["upload"]
+    big = b"\0" * (1 << 20)
+    assert put_blob(client, item["targets"]["identity"], big).status_code == 403  # S3 checks the signed length
+    assert put_blob(client, item["targets"]["zstd"], big).status_code == 200
+    assert client.post(f"/api/v1/versions/{vid}/commit", json={}).status_code == 409
+    assert list(storage.iter_keys(f"v1/incoming/{vid}/")) == [], "the upload that did not decode is gone"
+    assert put_blob(client, item["targets"]["zstd"], big).status_code == 200  # again: left behind by its sender
+    assert put_blob(client, item["targets"]["identity"], data).status_code == 200
+    assert client.post(f"/api/v1/versions/{vid}/commit", json={}).status_code == 200
+    assert list(storage.iter_keys(f"v1/incoming/{vid}/")) == []
+    assert storage.stat(blob_key(sha(data), "identity")) == 64
+
+
+def test_only_the_token_that_created_a_version_gets_its_targets_and_commits_it(app, tokens, storage):
+    """Another write token fetched a pending version's upload targets and overwrote an upload in flight,
+    which the creator's commit then promoted (issue 26, row 8)."""
+    victim, other = app.test_client(), app.test_client()
+    victim.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {tokens['write']}"
+    other.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {tokens['admin']}"  # any other token, even an admin's
+    data = b"v" * 100
+    answer = victim.post("/api/v1/versions", json=publish_body({"v.py": data}, key(name="owned"),
+                                                               inline_targets=False)).json
+    vid = answer["version"]["id"]
+    for path, body in ((f"/api/v1/versions/{vid}/uploads", {"blobs": [sha(data)]}),
+                       (f"/api/v1/versions/{vid}/packs", {"packs": [{"sha256": sha(data), "size": 1}]}),
+                       (f"/api/v1/versions/{vid}/commit", {})):
+        refused = other.post(path, json=body)
+        assert refused.status_code == 403 and "another token" in refused.json["error"]["message"], path
+    [item] = victim.post(f"/api/v1/versions/{vid}/uploads", json={"blobs": [sha(data)]}).json["targets"]
+    assert put_blob(victim, item["targets"]["identity"], data).status_code == 200
+    assert victim.post(f"/api/v1/versions/{vid}/commit", json={}).status_code == 200

@@ -55,6 +55,8 @@ ROUTES = [
     ("GET", "/api/v1/openapi.json", None),
     ("GET", "/api/v1/docs", None),  # the browsable API (Swagger UI) and its JS/CSS: the operations keep their scopes
     ("GET", "/api/v1/docs/assets/swagger-ui.css", None),
+    ("GET", "/api/v1/docs/init.js", None),  # what starts Swagger UI (no inline script under the CSP)
+    ("GET", "/static/pages/pages.css", None),  # the pages' stylesheet
     ("GET", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "read"),
     ("PUT", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "write"),
 ]

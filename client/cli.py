@@ -190,6 +190,28 @@ def publish(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
     _print_report(report, as_json, quiet)
 
 
+@cli.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--comment", default=None, metavar="TEXT",
+              help="The public key's comment, shown as who signed (default: USER@HOST).")
+def keygen(path, comment):
+    """Write an Ed25519 signing key pair: PATH (private, mode 0600) and PATH.pub (one OpenSSH line).
+
+    A builder with CACHESVC_SIGNING_KEY=PATH signs what it publishes; clients with CACHESVC_TRUSTED_KEYS
+    (a file of .pub lines) restore only what a trusted key signed. Never overwrites a file."""
+    import getpass
+    import platform
+
+    from . import signing
+
+    try:
+        fp = signing.keygen(path, comment if comment is not None else f"{getpass.getuser()}@{platform.node()}")
+    except (OSError, signing.SigningError) as exc:
+        click.echo(f"cachesvc-client keygen: error: {one_line(str(exc))}", err=True)
+        sys.exit(1)
+    click.echo(f"{fp} {path} (private, keep it secret) and {path}.pub (give it to the fleet's trusted keys)")
+
+
 @cli.command("env")
 @click.option("--json", "as_json", is_flag=True, help="Print it as an env file (for --env-file).")
 def env_command(as_json):

@@ -46,6 +46,7 @@ from typing import Optional, Sequence
 from .. import roots as roots_mod
 from ..fingerprint import torch_dir
 from ..report import RestoreReport
+from ..signing import Trust
 from ..transport.api import ServiceAPI
 from .pipeline import run
 from .place import STATE_DIR
@@ -54,21 +55,21 @@ from .plan import Plan, check_manifest, dedup_files, local_roots
 
 def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
             stall_timeout: float = 30.0, budget: Optional[float] = None, fallbacks: Sequence[str] = (),
-            fallback_max_bytes: Optional[int] = None) -> RestoreReport:
+            fallback_max_bytes: Optional[int] = None, trust: Optional[Trust] = None) -> RestoreReport:
     """Restore the newest version of ``key`` into this process's roots. See the module docstring.
 
     ``budget``: seconds the whole restore may take (resolving and waiting for
     another rank's lock included), whatever the servers do: transfers still
     running then are cut off and their files left out (reported in
     ``failed``). None: no limit beyond the timeouts. ``timeout`` bounds the
-    resolve. Raises CacheClientError subclasses on service or storage trouble
+    resolve. ``trust``: the signatures required (``pipeline.run``). Raises CacheClientError subclasses on service or storage trouble
     (MalformedAnswer for an answer that breaks its shape); the caller
     (CacheClient.restore) turns them into a miss unless strict. No temp file
     of this restore remains when it returns, by any path.
     """
     report, plan = run(api, key, kind="inductor-dir", accept=functools.partial(_accept, cache_dir=cache_dir),
                        workers=workers, timeout=timeout, stall_timeout=stall_timeout, budget=budget,
-                       fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes)
+                       fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes, trust=trust)
     if plan is not None:
         report.hit = report.files + report.files_present > 0 and len(report.failed) < len(plan.files)
         if not report.hit:

@@ -5,8 +5,8 @@
     cachesvc-client status | ls | stats                       # this cache dir; the service's keys; its totals
 
 Exit status: 0 on a hit or a miss (a miss is not a failure: the app will compile), also
-when no service URL is set; 1 on a miss or error with --strict, and when ls/stats/publish
-fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>, always as one
+when no service URL is set; 1 on a miss or error with --strict or CACHESVC_REQUIRE_HIT=1, and
+when ls/stats/publish fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>, always as one
 line naming the flag, file or variable. Output: the summary once, on stdout (--json: the
 report as JSON); progress and warnings on stderr; -q: warnings only.
 """
@@ -23,7 +23,7 @@ from click.core import ParameterSource
 
 from . import __version__, cli_support, inventory, keyenv, keys
 from .cli_support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
-from .client import CacheClient
+from .client import REQUIRE_HIT_VAR, CacheClient, require_hit_from_env
 from .errors import CacheClientError
 from .fingerprint import environment
 from .keys import DEFAULT_KIND, KINDS
@@ -128,7 +128,8 @@ def cli():
               type=click.FloatRange(0.1), help="Seconds a transfer may stall.")
 @click.option("--budget", default=_CLIENT_DEFAULTS["budget"].default, show_default=True, type=click.FloatRange(0.1),
               help="Seconds the whole restore may take.")
-@click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error (no URL included).")
+@click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error (no URL included); so does "
+                                            "CACHESVC_REQUIRE_HIT=1.")
 @click.option("--fallback", "fallbacks", default="", metavar="STEPS",
               help="Comma-separated steps tried in order when the exact key has no version: shape (same key, any "
                    "shape), shapes (the most restored shapes, unioned), name (same environment, any name).")
@@ -146,21 +147,23 @@ def restore(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
     client = CacheClient(url or "", token, cache_dir, timeout=timeout, stall_timeout=stall_timeout, budget=budget,
                          env_file=env_file)
     _environment(ctx, client)  # a bad env file or CACHESVC_ENV_<FIELD> is a usage error, before anything else
+    flag = "--strict" if strict else f"${REQUIRE_HIT_VAR}" if require_hit_from_env() else ""
     if not client.url:
         report = RestoreReport(hit=False, name=name, shape=shape, kind=kind,
                                reason="error: no service URL (--url or CACHESVC_URL)")
         log.warning("no service URL (--url or CACHESVC_URL): restore of %s is a miss; the app will compile", name)
     else:
         steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
-        report = client.restore(name, shape, tags, fallbacks=steps, fallback_max_bytes=fallback_max_bytes, kind=kind)
+        report = client.restore(name, shape, tags, fallbacks=steps, fallback_max_bytes=fallback_max_bytes, kind=kind,
+                                require_hit=False)  # a required hit is the exit status here
     error = report.reason.startswith("error: ")  # its warning line said why; the summary would say it again
     if as_json:
         _print_report(report, True, quiet)
     elif not error:
-        _print_report(report, False, quiet or strict and not report.hit)
-    if strict and not report.hit:
+        _print_report(report, False, quiet or flag and not report.hit)
+    if flag and not report.hit:
         why = "the restore failed (the warning above says why)" if error else report.summary()
-        click.echo(f"cachesvc-client restore: error: {why}; --strict makes a miss exit 1", err=True)
+        click.echo(f"cachesvc-client restore: error: {why}; {flag} makes a miss exit 1", err=True)
         sys.exit(1)
 
 

@@ -2,11 +2,12 @@
 
     cachesvc-client env --json > /etc/cachesvc/env.json     # at image build, in the app image (torch there)
     cachesvc-client restore --env-file /etc/cachesvc/env.json --name N --shape S   # init container, no torch
+    cachesvc-client check --env-file /etc/cachesvc/env.json --name N --shape S     # will it hit? (CI gate)
     cachesvc-client status | ls | stats                       # this cache dir; the service's keys; its totals
 
 Exit status: 0 on a hit or a miss (a miss is not a failure: the app will compile), also
 when no service URL is set; 1 on a miss or error with --strict or CACHESVC_REQUIRE_HIT=1, and
-when ls/stats/publish fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>, always as one
+when ls/stats/publish fail; check: 0 hit, 1 miss, 2 usage, 3 service down; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>, always as one
 line naming the flag, file or variable. Output: the summary once, on stdout (--json: the
 report as JSON); progress and warnings on stderr; -q: warnings only.
 """
@@ -165,6 +166,32 @@ def restore(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
         why = "the restore failed (the warning above says why)" if error else report.summary()
         click.echo(f"cachesvc-client restore: error: {why}; {flag} makes a miss exit 1", err=True)
         sys.exit(1)
+
+
+@cli.command()
+@_key_options
+@click.option("--kind", type=click.Choice(KINDS), default=DEFAULT_KIND, show_default=True, help="Version kind.")
+@click.pass_context
+def check(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, kind):
+    """Would a restore of this key hit here? Resolves without downloading (and without counting as a restore):
+    hit or miss, the entry and version, the bytes it would move; for a miss the nearest entry field by field
+    and whether its version passes CACHESVC_TRUSTED_KEYS. Exit 0 hit, 1 miss (also a refused signature),
+    2 bad arguments or env file, 3 the service cannot answer (a CI gate: run it before the rollout)."""
+    from . import check as check_mod
+
+    _setup_logging(quiet)
+    if not url:
+        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
+    client = CacheClient(url, token, cache_dir, timeout=timeout, env_file=env_file)
+    _environment(ctx, client)
+    try:
+        report = client.check(name, shape, tags, kind=kind)
+    except CacheClientError as exc:
+        click.echo(f"cachesvc-client check: error: {one_line(exc.message)} (the service could not answer)",
+                   err=True)
+        sys.exit(check_mod.EXIT_DOWN)
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
+    sys.exit(report.exit_code)
 
 
 @cli.command()

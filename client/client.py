@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, signing, torch_fixes
+from .check import CheckReport, check as _check
 from .errors import CacheClientError, Forbidden, HitRequired, ServiceUnavailable, Unauthorized
 from .fingerprint import environment
 from .publish import admit, keying_warnings, publish as _publish
@@ -231,6 +232,20 @@ class CacheClient:
             self._use_cache_dir()
             report.loaded = artifacts.load_mega_cache(report.artifacts[0])
         return report
+
+    def check(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
+              env: Optional[Mapping[str, str]] = None, kind: str = keys.DEFAULT_KIND,
+              require_hit: Optional[bool] = None) -> CheckReport:
+        """Will ``restore()`` of this key hit here? Resolves without downloading or writing anything and without
+        counting as a restore (``cachesvc_client.check``): hit or miss with the restore's own reason (a refused
+        signature included), the entry, version and bytes a restore would move; for a miss the nearest entry's
+        differing fields and whether its version would pass ``trusted_keys``. Raises keys.InvalidKey /
+        keyenv.EnvError for a bad key or env file, CacheClientError when the service cannot answer."""
+        key = self.key(name, shape, tags, env)
+        keys.check_kind(kind)
+        return _check(self.api, key, kind=kind, trust=self.trust(),
+                     require_hit=require_hit_from_env() if require_hit is None else require_hit,
+                     deadline=time.monotonic() + self.timeout)
 
     def trust(self) -> Optional[signing.Trust]:
         """The trusted keys, read now from ``trusted_keys`` (None: signatures not required). A file that

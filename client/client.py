@@ -151,8 +151,8 @@ class CacheClient:
     def restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *, strict: bool = False,
                 env: Optional[Mapping[str, str]] = None, fallbacks: Sequence[str] = (),
                 fallback_max_bytes: Optional[int] = None, verify_at_exit: bool = False,
-                kind: str = keys.DEFAULT_KIND, load: bool = False,
-                require_hit: Optional[bool] = None) -> RestoreReport:
+                kind: str = keys.DEFAULT_KIND, load: bool = False, require_hit: Optional[bool] = None,
+                extra_roots: Optional[Mapping[str, str]] = None) -> RestoreReport:
         """Fetch the newest version of this key and ``kind`` into the cache dir (and the other roots).
 
         Returns a RestoreReport; ``report.hit`` says whether anything was restored.
@@ -161,8 +161,7 @@ class CacheClient:
         has no version: ``shape`` (same key, any shape), ``shapes`` (the most restored
         shapes, up to ``fallback_max_bytes``), ``name`` (same environment, any name);
         ``report.fallback`` names the step that answered. ``verify_at_exit`` runs
-        ``verify()`` when the process exits and logs its verdict.
-        ``kind`` inductor-dir (default) restores the folder snapshot; the other kinds
+        ``verify()`` when the process exits and logs its verdict. ``kind`` inductor-dir (default) restores the folder snapshot; the other kinds
         (``keys.KINDS``) fetch their one file under ``<cache dir>/.cachesvc/artifacts/`` and list it in
         ``report.artifacts``, with the version's metadata in ``report.meta``. With ``load=True`` a
         mega-cache is then loaded (torch.compiler.load_cache_artifacts; ``report.loaded`` says what);
@@ -176,6 +175,7 @@ class CacheClient:
         error or a refused signature included, raises HitRequired naming why (its ``report`` is the miss),
         so a rollout stops instead of serving cold. With trusted keys (``trusted_keys``), a version not
         signed by one of them is a miss before anything is written (``report.refused``).
+        ``extra_roots`` (role -> folder, with ``$CACHESVC_EXTRA_ROOTS``): where extra roots go (``roots``).
         """
         keys.check_kind(kind)
         if load and kind != "mega-cache":
@@ -185,7 +185,8 @@ class CacheClient:
         require = require_hit_from_env() if require_hit is None else require_hit
         try:
             key = self.key(name, shape, tags, env)  # EnvError (the deployment's env file or variables): a miss
-            report = self._restore(key, kind, fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes, load=load)
+            report = self._restore(key, kind, fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes, load=load,
+                                   extra=roots_mod.extra_roots(extra_roots))  # InvalidKey: a miss naming it
         except Exception as exc:  # noqa: BLE001 - a cache never breaks the process it serves
             if strict:
                 raise
@@ -218,12 +219,12 @@ class CacheClient:
             report.warnings.append(hint)
 
     def _restore(self, key: dict, kind: str, *, fallbacks: Sequence[str], fallback_max_bytes: Optional[int],
-                 load: bool) -> RestoreReport:
+                 load: bool, extra: Dict[str, str]) -> RestoreReport:
         trust = self.trust()
         if kind == keys.DEFAULT_KIND:
             report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
                               stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
-                              fallback_max_bytes=fallback_max_bytes, trust=trust)
+                              fallback_max_bytes=fallback_max_bytes, trust=trust, extra_roots=extra)
         else:
             report = artifacts.fetch(self.api, key, kind, cache_dir=self.cache_dir, workers=self.workers,
                                      timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget,
@@ -311,11 +312,13 @@ class CacheClient:
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
                 roots: Optional[Dict[str, str]] = None, min_compile_seconds: Optional[float] = None,
-                merge: bool = True) -> PublishReport:
+                merge: bool = True, extra_roots: Optional[Mapping[str, str]] = None) -> PublishReport:
         """Snapshot this process's compile state and publish it under the key.
 
         ``compile_seconds`` defaults to the compile time torch recorded in this process.
         ``roots`` (role -> folder) replaces the default roots (for tests and special layouts).
+        ``extra_roots`` (role -> folder; "" for a known one's own folder) adds roots to them, as
+        ``$CACHESVC_EXTRA_ROOTS`` does (``roots.extra_roots``: FlashInfer's, DeepGEMM's, torch extensions').
         Admission: when ``compile_seconds`` is under ``min_compile_seconds`` (default
         ``$CACHESVC_MIN_COMPILE_SECONDS``, else 0) nothing is sent (status ``skipped``,
         ``admitted=False``); content the service holds under another key is linked (status
@@ -333,8 +336,11 @@ class CacheClient:
             report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)
             log.info("%s", report.summary(), extra=SUMMARY)
             return report
-        root_list = (roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in roots.items())
-                     if roots is not None else roots_mod.default_roots(self.cache_dir))
+        if roots is not None:
+            root_list = roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in
+                                                  {**roots, **roots_mod.extra_roots(extra_roots)}.items())
+        else:
+            root_list = roots_mod.default_roots(self.cache_dir, roots_mod.extra_roots(extra_roots))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
                           merge=merge)
         return _published(report, keyenv.disagreement(key["env"], self.env_file if env is None else None))

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from .. import signing
+from .. import roots as roots_mod, signing
 from ..report import RestoreReport
 from ..transport.api import ServiceAPI
 from ..transport.deadlines import Deadline
@@ -82,6 +82,27 @@ def refusal(trust: Optional[signing.Trust], key: dict, kind: str, answer: dict) 
     return trust.problem(key, kind, answer["files"], answer["version"]["signature"])
 
 
+#: the mtime of files a restore writes into extra roots: 2000-01-01 UTC (not 0, which ninja takes for "missing")
+LONG_AGO = 946684800
+
+
+def age(plan: Plan, written) -> None:
+    """Give the files this restore wrote into ``plan.aged`` roots (the extra roots) an old mtime.
+
+    Build tools there decide by mtime: a torch C++ extension's (and FlashInfer's) ninja rebuilds an
+    output whose inputs are newer than the build log recorded, and every restored file is newer than
+    that. Dated before any build, the restored sources are older than the outputs ninja logged, and a
+    load finds nothing to do (``tests/client/test_extra_roots.py``). A source the process changes gets
+    a new mtime, and rebuilds, as it should."""
+    folders = [plan.local[r] for r in plan.aged if plan.local.get(r)]
+    for target in written if folders else ():
+        if any(roots_mod.inside(target, folder) for folder in folders):
+            try:
+                os.utime(target, (LONG_AGO, LONG_AGO))
+            except OSError:
+                pass  # gone or not ours: the build tool rebuilds it, as without a restore
+
+
 def fetch_into(api: ServiceAPI, report: RestoreReport, plan: Plan, *, blobs: Dict[str, dict], workers: int,
                stall_timeout: float, deadline: Deadline) -> None:
     """Bring ``plan``'s files into their folders (files present with the right content stay), counting into
@@ -104,5 +125,6 @@ def fetch_into(api: ServiceAPI, report: RestoreReport, plan: Plan, *, blobs: Dic
             for t, _ in where:
                 report.failed.append(f"{t}: {problem}")
                 missing.add(t)
+    age(plan, [t for where in wanted.values() for t, _ in where if t not in missing])
     digests = {f"{f['root']}/{f['path']}": f["sha256"] for f in plan.files}
     stamp.save(stamp_id, {k: t for k, t in placed.items() if t not in missing}, digests, report.stamp_record())

@@ -209,3 +209,41 @@ def test_the_service_refuses_a_malformed_signature(client):
             "signature": {"public_key": "ssh-ed25519 AAAA" + "x" * 2000, "signature": "nope"}}
     r = client.post("/api/v1/versions", json=body)
     assert r.status_code == 422 and "signature" in r.get_data(as_text=True)
+
+
+@local_only[0]
+@local_only[1]
+def test_with_trusted_keys_a_large_blob_is_checked_by_its_signed_digest_not_the_services_word(
+        live_server, app, tmp_path, monkeypatch):
+    """A compromised service (its database) that vouches for other stored bytes (``stored_sha256``, the
+    large-blob shortcut) gets them placed by a client that trusts it, never by one that requires signatures."""
+    import hashlib
+
+    from cachesvc.models import Blob
+    from cachesvc.storage import blob_key
+    from cachesvc_client import frames
+    from tests.client.test_frames import blob_bytes
+
+    ci = keygen(tmp_path, "ci")
+    src = tmp_path / "src"
+    data = blob_bytes(frames.FRAMED_MIN + (8 << 20) + 777)
+    (src / "sj").mkdir(parents=True)
+    (src / "sj/prefix.h.gch").write_bytes(data)
+    (src / "sj/small.cpp").write_bytes(b"int x;" * 100)
+    publish(live_server.url, src, monkeypatch, key=ci)
+    digest = hashlib.sha256(data).hexdigest()
+    evil = bytearray(data)
+    evil[len(evil) // 2] ^= 0xFF
+    body = b"".join(frames.compress_framed([bytes(evil)[i:i + frames.FRAME_SIZE]
+                                            for i in range(0, len(evil), frames.FRAME_SIZE)], 3))
+    (tmp_path / "evil").write_bytes(body)
+    svc = app.extensions["cachesvc"]
+    svc.storage.put_file(blob_key(digest, "zstd"), str(tmp_path / "evil"))
+    with svc.db.session() as s:
+        s.execute(update(Blob).where(Blob.digest == digest).values(stored_sha256=hashlib.sha256(body).hexdigest()))
+    trusting = restore(live_server.url, tmp_path / "trusting")  # the service is its trust root: it is fooled
+    assert trusting.hit and (tmp_path / "trusting/sj/prefix.h.gch").read_bytes() == bytes(evil)
+    dest = tmp_path / "requiring"
+    got = restore(live_server.url, dest, trust_file(tmp_path, ci))
+    assert len(got.failed) == 1 and "prefix.h.gch" in got.failed[0], got.failed
+    assert placed(dest) == ["sj/small.cpp"]

@@ -7,8 +7,9 @@
 
 Exit status: 0 on a hit or a miss (a miss is not a failure: the app will compile), also
 when no service URL is set; 1 on a miss or error with --strict or CACHESVC_REQUIRE_HIT=1, and
-when ls/stats/publish fail; check: 0 hit, 1 miss, 2 usage, 3 service down; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>, always as one
-line naming the flag, file or variable. Output: the summary once, on stdout (--json: the
+when ls/stats/publish fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>,
+always as one line naming the flag, file or variable. check: 0 hit, 1 miss, 2 usage, 3 the
+service could not answer. Output: the summary once, on stdout (--json: the
 report as JSON); progress and warnings on stderr; -q: warnings only.
 """
 from __future__ import annotations

@@ -161,9 +161,9 @@ class CacheClient:
         has no version: ``shape`` (same key, any shape), ``shapes`` (the most restored
         shapes, up to ``fallback_max_bytes``), ``name`` (same environment, any name);
         ``report.fallback`` names the step that answered. ``verify_at_exit`` runs
-        ``verify()`` when the process exits and logs its verdict. ``kind`` inductor-dir (default) restores the folder snapshot; the other kinds
-        (``keys.KINDS``) fetch their one file under ``<cache dir>/.cachesvc/artifacts/`` and list it in
-        ``report.artifacts``, with the version's metadata in ``report.meta``. With ``load=True`` a
+        ``verify()`` when the process exits and logs its verdict. ``kind`` inductor-dir (default) restores
+        the folder snapshot; the other kinds (``keys.KINDS``) fetch their one file under ``<cache dir>/.cachesvc/
+        artifacts/``, listed in ``report.artifacts``, its metadata in ``report.meta``. With ``load=True`` a
         mega-cache is then loaded (torch.compiler.load_cache_artifacts; ``report.loaded`` says what);
         a precompiled kind is loaded with ``cachesvc_client.load_precompiled(report)``.
         On service or storage trouble, or a blob torch cannot load, it logs a warning and returns a

@@ -152,7 +152,8 @@ def entries_text(listing: dict, *, versions: bool) -> str:
                    "HIT RATE", "COMMITTED", "SIGNED BY"]
         cells = [[e["id"], e["name"], e["shape"], v["id"], v["kind"], v["file_count"], format_size(v["total_bytes"]),
                   v["restore_count"], v["verify_count"], _percent(v["hit_rate"]) + (" problem" if v["problem"] else ""),
-                  _date(v["committed_at"]), signer_text(v.get("signed_by"))] for e in rows for v in e["versions_detail"]]
+                  _date(v["committed_at"]), signer_text(v.get("signed_by"))]
+                 for e in rows for v in e["versions_detail"]]
     else:
         headers = ["ID", "NAME", "SHAPE", "TAGS", "TORCH", "DEVICE", "KINDS", "VERSIONS", "SIZE", "RESTORES",
                    "LAST RESTORED"]

@@ -192,7 +192,8 @@ def extra_roots(given: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
             raise InvalidKey(f"{where} is a built-in root; name extra roots only")
         if not folder:
             if role not in KNOWN_EXTRA:
-                raise InvalidKey(f"{where} needs a folder (role=/folder); known by name alone: {', '.join(KNOWN_EXTRA)}")
+                raise InvalidKey(f"{where} needs a folder (role=/folder); known by name alone: "
+                                 f"{', '.join(KNOWN_EXTRA)}")
             folder = known_extra_dir(role)
         folder = os.path.expanduser(folder)
         if not os.path.isabs(folder):

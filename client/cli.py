@@ -61,6 +61,17 @@ def _environment(ctx: click.Context, client: CacheClient) -> Dict[str, str]:
         raise click.UsageError(f"{exc}{via}", ctx) from None
 
 
+def _keyed_client(ctx: click.Context, url: Optional[str], token: Optional[str], cache_dir: Optional[str], *,
+                  timeout: float, env_file: Optional[str]) -> CacheClient:
+    """A client for a command that needs the service and the key's environment: usage errors (exit 2) for
+    no URL and for a bad env file or CACHESVC_ENV_<FIELD>."""
+    if not url:
+        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
+    client = CacheClient(url, token, cache_dir, timeout=timeout, env_file=env_file)
+    _environment(ctx, client)
+    return client
+
+
 # -- output ---------------------------------------------------------------------------------------
 
 class _OneLine(logging.Formatter):
@@ -181,10 +192,7 @@ def check(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, tim
     from . import check as check_mod
 
     _setup_logging(quiet)
-    if not url:
-        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
-    client = CacheClient(url, token, cache_dir, timeout=timeout, env_file=env_file)
-    _environment(ctx, client)
+    client = _keyed_client(ctx, url, token, cache_dir, timeout=timeout, env_file=env_file)
     try:
         report = client.check(name, shape, tags, kind=kind)
     except CacheClientError as exc:
@@ -207,10 +215,7 @@ def publish(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
             min_compile_seconds, no_merge):
     """Snapshot the cache dir (and the other roots) and publish it."""
     _setup_logging(quiet)
-    if not url:
-        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
-    client = CacheClient(url, token, cache_dir, timeout=timeout, env_file=env_file)
-    _environment(ctx, client)
+    client = _keyed_client(ctx, url, token, cache_dir, timeout=timeout, env_file=env_file)
     try:
         report = client.publish(name, shape, tags, compile_seconds=compile_seconds,
                                 min_compile_seconds=min_compile_seconds, merge=not no_merge)

@@ -55,6 +55,7 @@ def run(api: ServiceAPI, key: dict, *, kind: str, accept: Accept, workers: int, 
         if not answer["hit"]:
             report.reason, report.nearest = answer["reason"], answer["nearest"]
         elif refused:
+            report.signed_by = signing.describe(answer["version"]["signature"]) or {}
             report.reason, report.refused = f"signature refused: {refused}", True
             log.warning("cachesvc restore of %s: not placing version %s: %s", key["name"], answer["version"]["id"],
                         refused)

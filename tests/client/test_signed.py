@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, update
 
 from cachesvc.models import Version, VersionFile
-from cachesvc_client import CacheClient, HitRequired, artifacts, signing
+from cachesvc_client import CacheClient, CacheClientError, HitRequired, artifacts, signing
 from tests.helpers import ENV
 
 NAME, SHAPE = "signed", "f32[4,4]"
@@ -156,6 +156,7 @@ def test_a_manifest_changed_after_signing_or_replayed_under_another_key_is_refus
 def test_a_bad_trust_file_or_no_cryptography_refuses_rather_than_accepting(live_server, tmp_path, monkeypatch):
     ci = keygen(tmp_path, "ci")
     publish(live_server.url, source(tmp_path), monkeypatch, key=ci)
+    source(tmp_path, b"2")
     bad = tmp_path / "bad_keys"
     bad.write_text("ssh-rsa AAAAB3NzaC1yc2E= someone\n")
     got = restore(live_server.url, tmp_path / "d1", bad)
@@ -165,6 +166,10 @@ def test_a_bad_trust_file_or_no_cryptography_refuses_rather_than_accepting(live_
     monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)  # as if not installed
     got = restore(live_server.url, tmp_path / "d3", trust_file(tmp_path, ci))
     assert not got.hit and "cachesvc[signing]" in got.reason and placed(tmp_path / "d3") == []
+    monkeypatch.setenv(signing.SIGNING_KEY_VAR, str(ci))  # a builder told to sign cannot: nothing goes out unsigned
+    with pytest.raises(CacheClientError, match=r"cachesvc\[signing\]"):
+        CacheClient(live_server.url, timeout=10).publish(NAME, SHAPE, env=ENV,
+                                                         roots={"inductor": str(tmp_path / "src2")})
 
 
 @local_only[0]

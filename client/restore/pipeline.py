@@ -3,12 +3,16 @@
     run(api, key, kind=, accept=, ...)       resolve; on a hit, ``accept`` makes the kind's Plan; then
                                              fetch_into under the Plan's lock; returns (report, plan)
     fetch_into(api, report, plan, blobs=)    plan the targets, fetch and place them, record the stamp
+    refusal(trust, key, kind, answer)        why a hit must not be placed under the trusted keys ("": it may)
+    age(plan, written)                       old mtimes for what was written into extra roots (ninja)
 
 Every kind goes through here: the directory snapshot (``snapshot.restore``)
 and the one-file kinds (``cachesvc_client.artifacts.fetch``) differ only in
 their ``accept`` (which files, which folders) and in what they call a hit.
 The whole of it, resolve and the wait for another rank's lock included, runs
-under one ``Deadline`` (the budget).
+under one ``Deadline`` (the budget). The signature check sits here for the same
+reason: every kind (the one call's precompiled package too) passes it before
+its plan is made.
 """
 from __future__ import annotations
 

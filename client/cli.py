@@ -219,6 +219,8 @@ def publish(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
     try:
         report = client.publish(name, shape, tags, compile_seconds=compile_seconds,
                                 min_compile_seconds=min_compile_seconds, merge=not no_merge)
+    except keys.InvalidKey as exc:  # a bad CACHESVC_EXTRA_ROOTS: bad input, named
+        raise click.UsageError(str(exc), ctx) from None
     except (CacheClientError, OSError) as exc:
         click.echo(f"cachesvc-client publish: error: {one_line(getattr(exc, 'message', exc))}",
                    err=True)

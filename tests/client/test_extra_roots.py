@@ -122,3 +122,9 @@ def test_a_named_root_is_published_restored_and_verified_like_the_others(live_se
     monkeypatch.setenv(roots.EXTRA_ROOTS_VAR, "engine")  # a custom root needs its folder
     bad = client.restore("eng", "s", env=ENV)
     assert not bad.hit and "needs a folder" in bad.reason
+    env_file = tmp_path / "env.json"
+    env_file.write_text(__import__("json").dumps(ENV))
+    cli = subprocess.run([sys.executable, "-m", "cachesvc_client.cli", "publish", "--url", live_server.url, "--name",
+                          "eng", "--shape", "s", "--env-file", str(env_file), "--cache-dir", str(tmp_path / "a/cache")],
+                         capture_output=True, text=True, env={**os.environ, roots.EXTRA_ROOTS_VAR: "engine"})
+    assert cli.returncode == 2 and roots.EXTRA_ROOTS_VAR in cli.stderr and "Traceback" not in cli.stderr, cli.stderr

@@ -9,7 +9,7 @@ from sqlalchemy import and_, any_, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
-from cachesvc_client import keys
+from cachesvc_client import keys, signing
 
 from .errors import InvalidRequest, NotFound
 from .models import MAX_ID, Blob, Entry, Event, Pack, Version, VersionFile
@@ -236,7 +236,29 @@ def version_summary(v: Version) -> dict:
         "no_hit_count": v.no_hit_count,
         "last_verdict": v.last_verdict,
         "problem": v.problem,
+        **signature_fields(v),
     }
+
+
+def signature_columns(record: Optional[dict]) -> dict:
+    """The Version columns of a publish's signature record (``{}``: unsigned)."""
+    return {"signer_key": record["public_key"], "signature": record["signature"]} if record else {}
+
+
+def same_content(newest: Optional[Version], digest: str, columns: dict) -> bool:
+    """``newest`` holds this content and, for a signed publish, this very signature (a signed publish of
+    content an unsigned or otherwise signed version holds is a new version: restores that require the
+    signature must find it)."""
+    if newest is None or newest.manifest_digest != digest:
+        return False
+    return not columns or (newest.signer_key, newest.signature) == (columns["signer_key"], columns["signature"])
+
+
+def signature_fields(v: Version) -> dict:
+    """``signature`` (the publisher's record, for clients to verify; null: unsigned) and ``signed_by``
+    (its key's fingerprint and comment, for people) of a version."""
+    record = {"public_key": v.signer_key, "signature": v.signature} if v.signer_key and v.signature else None
+    return {"signature": record, "signed_by": signing.describe(record)}
 
 
 def unique_digests(files: Iterable[dict]) -> Set[str]:

@@ -103,6 +103,10 @@ class Version(Base):
     no_hit_count: Mapped[int] = mapped_column(Integer, default=0)   # restores that delivered files but no hit
     last_verdict: Mapped[Optional[str]] = mapped_column(String(16))  # paid_off | partial | no_hits
     last_verified_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
+    # An Ed25519 signature of the manifest and key by the publisher (cachesvc_client.signing), checked for
+    # shape only: the service trusts no key; clients with CACHESVC_TRUSTED_KEYS verify it. NULL: unsigned.
+    signer_key: Mapped[Optional[str]] = mapped_column(String(1000))  # the OpenSSH public key line
+    signature: Mapped[Optional[str]] = mapped_column(String(100))    # base64 of the 64-byte signature
 
     entry: Mapped[Entry] = relationship(back_populates="versions")
     files: Mapped[List["VersionFile"]] = relationship(cascade="all, delete-orphan", passive_deletes=True,

@@ -6,7 +6,7 @@ digest rules come from ``cachesvc_client.keys`` so client and service agree.
 """
 from __future__ import annotations
 
-from cachesvc_client import keys
+from cachesvc_client import keys, signing
 from marshmallow import Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 
@@ -80,6 +80,18 @@ class FileSchema(Schema):
     mode = fields.Integer(load_default=0o644, strict=True, validate=validate.Range(0, 0o7777))
 
 
+def _signature(value):
+    try:
+        signing.check_record(value)
+    except signing.SigningError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+class SignatureInSchema(Schema):
+    public_key = fields.String(required=True, validate=validate.Length(max=signing.MAX_PUBLIC_KEY))
+    signature = fields.String(required=True, validate=validate.Length(max=signing.MAX_SIGNATURE))
+
+
 class PublishSchema(Schema):
     key = fields.Nested(KeySchema, required=True)
     kind = fields.String(load_default=keys.DEFAULT_KIND, validate=validate.OneOf(keys.KINDS))
@@ -91,6 +103,9 @@ class PublishSchema(Schema):
     merge = fields.Boolean(load_default=False, metadata={
         "description": "add the key's newest committed version's files at paths this manifest lacks, so the key "
                        "converges to the union of what its publishers compiled"})
+    signature = fields.Nested(SignatureInSchema, load_default=None, validate=_signature, metadata={
+        "description": "the publisher's Ed25519 signature of the manifest and key (cachesvc_client.signing), "
+                       "stored with the version and checked for shape only; a signed publish is never merged"})
     inline_targets = fields.Boolean(load_default=True, metadata={
         "description": "false: the answer lists each blob to upload as {sha256, size} only, and the client asks "
                        "for upload targets in batches (POST /api/v1/versions/<id>/uploads) as it uploads: an "
@@ -163,6 +178,8 @@ class ResolveArgs(Schema.from_dict(_env_fields(), name="ResolveEnvArgs")):
         "description": "byte budget of the `shapes` step; default CACHESVC_FALLBACK_MAX_BYTES"})
     kind = fields.String(load_default=keys.DEFAULT_KIND, validate=validate.OneOf(keys.KINDS),
                          metadata={"description": "the version kind wanted: " + ", ".join(keys.KINDS)})
+    count = fields.Boolean(load_default=True, metadata={
+        "description": "false: a look (`cachesvc-client check`), not a restore: no restore or miss is recorded"})
 
 
 class VerdictSchema(Schema):

@@ -34,6 +34,7 @@ _PUBLIC: Dict[str, str] = {
     "CacheClient": "client",
     "CacheClientError": "errors",
     "CompiledModel": "one_call",
+    "HitRequired": "errors",
     # the function lives in one_call, not in a module named compile: importing a submodule sets the
     # package's attribute of that name, and cachesvc_client.compile would then be the module
     "compile": "one_call",
@@ -80,7 +81,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never run
     from .artifacts import load_precompiled, precompile_function, precompile_package
     from .client import CacheClient
     from .one_call import CompiledModel, compile  # noqa: A004
-    from .errors import CacheClientError
+    from .errors import CacheClientError, HitRequired
     from .fingerprint import environment, shape_signature
     from .keyenv import load_env_file
     from .remote_cache import disable_remote_cache, enable_remote_cache

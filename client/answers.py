@@ -157,7 +157,7 @@ def error_fields(doc: Any) -> tuple:
 
 def resolve(doc: Any) -> Dict[str, Any]:
     """A checked resolve answer (see ``cachesvc.resolve.resolver.resolve``). A miss: ``{"hit": False, "reason",
-    "nearest"}``. A hit: ``{"hit": True, "files", "blobs", "version": {"id", "meta"}, "entry": {"id"},
+    "nearest"}``. A hit: ``{"hit": True, "files", "blobs", "version": {"id", "meta", "signature"}, "entry": {"id"},
     "reason", "fallback"}`` (``fallback``: None, or ``{"step", "versions", "entries"}``).
 
     Every file row passes the manifest rules of ``keys`` (path, role, digest, size); every blob has a
@@ -191,7 +191,8 @@ def resolve(doc: Any) -> Dict[str, Any]:
     fallback = field(doc, "fallback", _fallback, "", default=None)
     return {"hit": True, "reason": reason, "files": files, "blobs": blobs,
             "version": {"id": field(version, "id", integer, "version", lo=1),
-                        "meta": field(version, "meta", meta, "version", default={})},
+                        "meta": field(version, "meta", meta, "version", default={}),
+                        "signature": field(version, "signature", _optional(_strings), "version", default=None)},
             "entry": {"id": field(field(doc, "entry", json_object, ""), "id", integer, "entry", lo=1)},
             "fallback": fallback}
 

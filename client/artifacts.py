@@ -21,7 +21,9 @@ by reading version numbers: torch 2.11 and 2.13 differ in what exists.
 Trust: these files are pickles and machine code, as are the snapshot's
 ``.so`` files. The loaders check integrity, kind, torch version, device and
 the APIs; they cannot make a file from an untrusted publisher safe. Give
-write tokens only to your own builds.
+write tokens only to your own builds, and have a fleet that runs them require
+signatures (``CACHESVC_TRUSTED_KEYS``, ``cachesvc_client.signing``): ``fetch``
+refuses an unsigned or wrongly signed version before placing its file.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from . import aoti_cxx, keys, publish as publish_mod, roots as roots_mod
+from . import aoti_cxx, keys, publish as publish_mod, roots as roots_mod, signing
 from .errors import CacheClientError
 from .fingerprint import shape_signature
 from .report import PublishReport, RestoreReport
@@ -267,17 +269,21 @@ def artifact_dir(cache_dir: str, kind: str, version_id: int) -> str:
 
 
 def fetch(api: ServiceAPI, key: dict, kind: str, *, cache_dir: str, workers: int = 16, timeout: float = 30.0,
-          stall_timeout: float = 30.0, budget: Optional[float] = None) -> RestoreReport:
+          stall_timeout: float = 30.0, budget: Optional[float] = None,
+          trust: Optional[signing.Trust] = None) -> RestoreReport:
     """Fetch the newest version of ``kind`` for ``key`` into ``artifact_dir``; the report lists the files.
 
     The restore's own steps (``restore.pipeline.run``: plan -> fetch -> place), with this kind's plan
     (``_accept``). ``budget``: seconds the whole fetch may take, resolve included, as for the snapshot.
+    ``trust``: the signatures required, checked in ``pipeline.run`` as for the snapshot (a precompiled
+    package is machine code: the same refusal before any byte is placed).
 
     Raises CacheClientError subclasses on service or storage trouble (CacheClient.restore turns them
     into a miss unless strict).
     """
     report, plan = pipeline.run(api, key, kind=kind, accept=functools.partial(_accept, kind=kind, cache_dir=cache_dir),
-                                workers=workers, timeout=timeout, stall_timeout=stall_timeout, budget=budget)
+                                workers=workers, timeout=timeout, stall_timeout=stall_timeout, budget=budget,
+                                trust=trust)
     if plan is None:
         return report
     dest = plan.local[ROLE]

@@ -2,12 +2,14 @@
 
     cachesvc-client env --json > /etc/cachesvc/env.json     # at image build, in the app image (torch there)
     cachesvc-client restore --env-file /etc/cachesvc/env.json --name N --shape S   # init container, no torch
+    cachesvc-client check --env-file /etc/cachesvc/env.json --name N --shape S     # will it hit? (CI gate)
     cachesvc-client status | ls | stats                       # this cache dir; the service's keys; its totals
 
 Exit status: 0 on a hit or a miss (a miss is not a failure: the app will compile), also
-when no service URL is set; 1 on a miss or error with --strict, and when ls/stats/publish
-fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>, always as one
-line naming the flag, file or variable. Output: the summary once, on stdout (--json: the
+when no service URL is set; 1 on a miss or error with --strict or CACHESVC_REQUIRE_HIT=1, and
+when ls/stats/publish fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>,
+always as one line naming the flag, file or variable. check: 0 hit, 1 miss, 2 usage, 3 the
+service could not answer. Output: the summary once, on stdout (--json: the
 report as JSON); progress and warnings on stderr; -q: warnings only.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from click.core import ParameterSource
 
 from . import __version__, cli_support, inventory, keyenv, keys
 from .cli_support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
-from .client import CacheClient
+from .client import REQUIRE_HIT_VAR, CacheClient, require_hit_from_env
 from .errors import CacheClientError
 from .fingerprint import environment
 from .keys import DEFAULT_KIND, KINDS
@@ -57,6 +59,17 @@ def _environment(ctx: click.Context, client: CacheClient) -> Dict[str, str]:
         source = ctx.get_parameter_source("env_file")
         via = f" (from ${keyenv.ENV_FILE_VAR})" if source is ParameterSource.ENVIRONMENT else ""
         raise click.UsageError(f"{exc}{via}", ctx) from None
+
+
+def _keyed_client(ctx: click.Context, url: Optional[str], token: Optional[str], cache_dir: Optional[str], *,
+                  timeout: float, env_file: Optional[str]) -> CacheClient:
+    """A client for a command that needs the service and the key's environment: usage errors (exit 2) for
+    no URL and for a bad env file or CACHESVC_ENV_<FIELD>."""
+    if not url:
+        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
+    client = CacheClient(url, token, cache_dir, timeout=timeout, env_file=env_file)
+    _environment(ctx, client)
+    return client
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -128,7 +141,8 @@ def cli():
               type=click.FloatRange(0.1), help="Seconds a transfer may stall.")
 @click.option("--budget", default=_CLIENT_DEFAULTS["budget"].default, show_default=True, type=click.FloatRange(0.1),
               help="Seconds the whole restore may take.")
-@click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error (no URL included).")
+@click.option("--strict", is_flag=True, help="Exit 1 on a miss or any error (no URL included); so does "
+                                            "CACHESVC_REQUIRE_HIT=1.")
 @click.option("--fallback", "fallbacks", default="", metavar="STEPS",
               help="Comma-separated steps tried in order when the exact key has no version: shape (same key, any "
                    "shape), shapes (the most restored shapes, unioned), name (same environment, any name).")
@@ -146,22 +160,47 @@ def restore(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
     client = CacheClient(url or "", token, cache_dir, timeout=timeout, stall_timeout=stall_timeout, budget=budget,
                          env_file=env_file)
     _environment(ctx, client)  # a bad env file or CACHESVC_ENV_<FIELD> is a usage error, before anything else
+    flag = "--strict" if strict else f"${REQUIRE_HIT_VAR}" if require_hit_from_env() else ""
     if not client.url:
         report = RestoreReport(hit=False, name=name, shape=shape, kind=kind,
                                reason="error: no service URL (--url or CACHESVC_URL)")
         log.warning("no service URL (--url or CACHESVC_URL): restore of %s is a miss; the app will compile", name)
     else:
         steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
-        report = client.restore(name, shape, tags, fallbacks=steps, fallback_max_bytes=fallback_max_bytes, kind=kind)
+        report = client.restore(name, shape, tags, fallbacks=steps, fallback_max_bytes=fallback_max_bytes, kind=kind,
+                                require_hit=False)  # a required hit is the exit status here
     error = report.reason.startswith("error: ")  # its warning line said why; the summary would say it again
     if as_json:
         _print_report(report, True, quiet)
     elif not error:
-        _print_report(report, False, quiet or strict and not report.hit)
-    if strict and not report.hit:
+        _print_report(report, False, quiet or flag and not report.hit)
+    if flag and not report.hit:
         why = "the restore failed (the warning above says why)" if error else report.summary()
-        click.echo(f"cachesvc-client restore: error: {why}; --strict makes a miss exit 1", err=True)
+        click.echo(f"cachesvc-client restore: error: {why}; {flag} makes a miss exit 1", err=True)
         sys.exit(1)
+
+
+@cli.command()
+@_key_options
+@click.option("--kind", type=click.Choice(KINDS), default=DEFAULT_KIND, show_default=True, help="Version kind.")
+@click.pass_context
+def check(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, timeout, as_json, kind):
+    """Would a restore of this key hit here? Resolves without downloading (and without counting as a restore):
+    hit or miss, the entry and version, the bytes it would move; for a miss the nearest entry field by field
+    and whether its version passes CACHESVC_TRUSTED_KEYS. Exit 0 hit, 1 miss (also a refused signature),
+    2 bad arguments or env file, 3 the service cannot answer (a CI gate: run it before the rollout)."""
+    from . import check as check_mod
+
+    _setup_logging(quiet)
+    client = _keyed_client(ctx, url, token, cache_dir, timeout=timeout, env_file=env_file)
+    try:
+        report = client.check(name, shape, tags, kind=kind)
+    except CacheClientError as exc:
+        click.echo(f"cachesvc-client check: error: {one_line(exc.message)} (the service could not answer)",
+                   err=True)
+        sys.exit(check_mod.EXIT_DOWN)
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
+    sys.exit(report.exit_code)
 
 
 @cli.command()
@@ -176,18 +215,39 @@ def publish(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
             min_compile_seconds, no_merge):
     """Snapshot the cache dir (and the other roots) and publish it."""
     _setup_logging(quiet)
-    if not url:
-        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
-    client = CacheClient(url, token, cache_dir, timeout=timeout, env_file=env_file)
-    _environment(ctx, client)
+    client = _keyed_client(ctx, url, token, cache_dir, timeout=timeout, env_file=env_file)
     try:
         report = client.publish(name, shape, tags, compile_seconds=compile_seconds,
                                 min_compile_seconds=min_compile_seconds, merge=not no_merge)
+    except keys.InvalidKey as exc:  # a bad CACHESVC_EXTRA_ROOTS: bad input, named
+        raise click.UsageError(str(exc), ctx) from None
     except (CacheClientError, OSError) as exc:
         click.echo(f"cachesvc-client publish: error: {one_line(getattr(exc, 'message', exc))}",
                    err=True)
         sys.exit(1)
     _print_report(report, as_json, quiet)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--comment", default=None, metavar="TEXT",
+              help="The public key's comment, shown as who signed (default: USER@HOST).")
+def keygen(path, comment):
+    """Write an Ed25519 signing key pair: PATH (private, mode 0600) and PATH.pub (one OpenSSH line).
+
+    A builder with CACHESVC_SIGNING_KEY=PATH signs what it publishes; clients with CACHESVC_TRUSTED_KEYS
+    (a file of .pub lines) restore only what a trusted key signed. Never overwrites a file."""
+    import getpass
+    import platform
+
+    from . import signing
+
+    try:
+        fp = signing.keygen(path, comment if comment is not None else f"{getpass.getuser()}@{platform.node()}")
+    except (OSError, signing.SigningError) as exc:
+        click.echo(f"cachesvc-client keygen: error: {one_line(str(exc))}", err=True)
+        sys.exit(1)
+    click.echo(f"{fp} {path} (private, keep it secret) and {path}.pub (give it to the fleet's trusted keys)")
 
 
 @cli.command("env")

@@ -11,8 +11,9 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, torch_fixes
-from .errors import CacheClientError, Forbidden, ServiceUnavailable, Unauthorized
+from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, signing, torch_fixes
+from .check import CheckReport, check as _check
+from .errors import CacheClientError, Forbidden, HitRequired, ServiceUnavailable, Unauthorized
 from .fingerprint import environment
 from .publish import admit, keying_warnings, publish as _publish
 from .report import PublishReport, RestoreReport
@@ -58,6 +59,28 @@ def _why(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__} in cachesvc-client (a bug; please report it): {exc}"
 
 
+#: a miss is an error when this is 1, true or yes (CacheClient.restore, `cachesvc-client restore`, the one call)
+REQUIRE_HIT_VAR = "CACHESVC_REQUIRE_HIT"
+
+
+def require_hit_from_env() -> bool:
+    """``$CACHESVC_REQUIRE_HIT`` is 1, true or yes (any case): a restore that misses must fail."""
+    return os.environ.get(REQUIRE_HIT_VAR, "").strip().lower() in ("1", "true", "yes")
+
+
+def _required(report: RestoreReport) -> str:
+    return f"a hit is required (require_hit or ${REQUIRE_HIT_VAR}) and {report.summary()}"
+
+
+def _failed(exc: Exception, report: RestoreReport, *, require: bool) -> RestoreReport:
+    """A restore that raised ``exc``: logged, and the miss ``report`` returned (HitRequired when required)."""
+    log.warning("cachesvc restore of %s failed (a miss): %s", report.name, _why(exc),
+                exc_info=not isinstance(exc, (CacheClientError, OSError, keys.InvalidKey)))
+    if require:
+        raise HitRequired(_required(report), report) from exc
+    return report
+
+
 def _published(report: PublishReport, *more_warnings: Optional[str]) -> PublishReport:
     """Log a published state's report, with the settings that key it apart (``keying_warnings``)."""
     report.warnings = keying_warnings() + [w for w in more_warnings if w]
@@ -85,6 +108,9 @@ class CacheClient:
         env_file: the key's environment from this file (``cachesvc-client env --json`` in the app
             image), default ``$CACHESVC_ENV_FILE``; for processes without torch or a GPU
             (``cachesvc_client.keyenv``). Unset: this process reads its own (``environment()``).
+        trusted_keys: a file of OpenSSH ssh-ed25519 public keys, default ``$CACHESVC_TRUSTED_KEYS``: restore
+            and check place only versions signed by one of them (``cachesvc_client.signing``; read at each
+            restore, so a rotated Secret takes effect). Unset: signatures are not required.
 
     Thread-safe; keep one per process.
     """
@@ -92,7 +118,7 @@ class CacheClient:
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, cache_dir: Optional[str] = None,
                  *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16,
                  budget: Optional[float] = 300.0, env_file: Optional[str] = None,
-                 connect_timeout: float = CONNECT_TIMEOUT):
+                 connect_timeout: float = CONNECT_TIMEOUT, trusted_keys: Optional[str] = None):
         self.url = url or os.environ.get("CACHESVC_URL", "")
         self.token = token or os.environ.get("CACHESVC_TOKEN") or None
         self._cache_dir_given = cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
@@ -100,6 +126,7 @@ class CacheClient:
         self.timeout, self.stall_timeout, self.workers, self.budget = timeout, stall_timeout, workers, budget
         self.env_file = env_file or keyenv.env_file_from_environ()
         self.connect_timeout = connect_timeout
+        self.trusted_keys = trusted_keys or os.environ.get(signing.TRUSTED_KEYS_VAR) or None
         self._api: Optional[ServiceAPI] = None
         self.last_restore: Optional[RestoreReport] = None
 
@@ -124,7 +151,8 @@ class CacheClient:
     def restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *, strict: bool = False,
                 env: Optional[Mapping[str, str]] = None, fallbacks: Sequence[str] = (),
                 fallback_max_bytes: Optional[int] = None, verify_at_exit: bool = False,
-                kind: str = keys.DEFAULT_KIND, load: bool = False) -> RestoreReport:
+                kind: str = keys.DEFAULT_KIND, load: bool = False, require_hit: Optional[bool] = None,
+                extra_roots: Optional[Mapping[str, str]] = None) -> RestoreReport:
         """Fetch the newest version of this key and ``kind`` into the cache dir (and the other roots).
 
         Returns a RestoreReport; ``report.hit`` says whether anything was restored.
@@ -133,10 +161,9 @@ class CacheClient:
         has no version: ``shape`` (same key, any shape), ``shapes`` (the most restored
         shapes, up to ``fallback_max_bytes``), ``name`` (same environment, any name);
         ``report.fallback`` names the step that answered. ``verify_at_exit`` runs
-        ``verify()`` when the process exits and logs its verdict.
-        ``kind`` inductor-dir (default) restores the folder snapshot; the other kinds
-        (``keys.KINDS``) fetch their one file under ``<cache dir>/.cachesvc/artifacts/`` and list it in
-        ``report.artifacts``, with the version's metadata in ``report.meta``. With ``load=True`` a
+        ``verify()`` when the process exits and logs its verdict. ``kind`` inductor-dir (default) restores
+        the folder snapshot; the other kinds (``keys.KINDS``) fetch their one file under ``<cache dir>/.cachesvc/
+        artifacts/``, listed in ``report.artifacts``, its metadata in ``report.meta``. With ``load=True`` a
         mega-cache is then loaded (torch.compiler.load_cache_artifacts; ``report.loaded`` says what);
         a precompiled kind is loaded with ``cachesvc_client.load_precompiled(report)``.
         On service or storage trouble, or a blob torch cannot load, it logs a warning and returns a
@@ -144,23 +171,28 @@ class CacheClient:
         ``start_restore`` runs it in the background before torch is imported.
         Sets ``TORCHINDUCTOR_CACHE_DIR`` to the restored dir when it was unset. ``env`` replaces the
         key's environment (default: ``self.environment()``; a bad env file is a miss, unless strict).
+        ``require_hit`` (default ``$CACHESVC_REQUIRE_HIT``: 1, true or yes): a miss of any kind, an
+        error or a refused signature included, raises HitRequired naming why (its ``report`` is the miss),
+        so a rollout stops instead of serving cold. With trusted keys (``trusted_keys``), a version not
+        signed by one of them is a miss before anything is written (``report.refused``).
+        ``extra_roots`` (role -> folder, with ``$CACHESVC_EXTRA_ROOTS``): where extra roots go (``roots``).
         """
         keys.check_kind(kind)
         if load and kind != "mega-cache":
             raise ValueError(f"load=True loads a mega-cache; load a {kind} with cachesvc_client.load_precompiled")
         torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/torch_fixes.py
         started = time.monotonic()
+        require = require_hit_from_env() if require_hit is None else require_hit
         try:
             key = self.key(name, shape, tags, env)  # EnvError (the deployment's env file or variables): a miss
-            report = self._restore(key, kind, fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes, load=load)
+            report = self._restore(key, kind, fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes, load=load,
+                                   extra=roots_mod.extra_roots(extra_roots))  # InvalidKey: a miss naming it
         except Exception as exc:  # noqa: BLE001 - a cache never breaks the process it serves
             if strict:
                 raise
-            report = RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {_why(exc)}", kind=kind,
-                                   seconds=time.monotonic() - started, service_down=_service_down(exc))
-            log.warning("cachesvc restore of %s failed (a miss): %s", name, _why(exc),
-                        exc_info=not isinstance(exc, (CacheClientError, OSError, keys.InvalidKey)))
-            return report
+            return _failed(exc, RestoreReport(hit=False, name=name, shape=shape, reason=f"error: {_why(exc)}",
+                                              kind=kind, seconds=time.monotonic() - started,
+                                              service_down=_service_down(exc)), require=require)
         self._use_cache_dir()
         self._explain_key(report, key, env_given=env is not None)
         self.last_restore = report
@@ -173,6 +205,8 @@ class CacheClient:
             log.warning("cachesvc restore left out %d file(s); first: %s", len(report.failed), report.failed[0])
         if strict and not report.hit:
             raise CacheClientError(report.summary(), code="miss")
+        if require and not report.hit:
+            raise HitRequired(_required(report), report)
         return report
 
     def _explain_key(self, report: RestoreReport, key: dict, *, env_given: bool) -> None:
@@ -185,18 +219,39 @@ class CacheClient:
             report.warnings.append(hint)
 
     def _restore(self, key: dict, kind: str, *, fallbacks: Sequence[str], fallback_max_bytes: Optional[int],
-                 load: bool) -> RestoreReport:
+                 load: bool, extra: Dict[str, str]) -> RestoreReport:
+        trust = self.trust()
         if kind == keys.DEFAULT_KIND:
             report = _restore(self.api, key, self.cache_dir, workers=self.workers, timeout=self.timeout,
                               stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
-                              fallback_max_bytes=fallback_max_bytes)
+                              fallback_max_bytes=fallback_max_bytes, trust=trust, extra_roots=extra)
         else:
             report = artifacts.fetch(self.api, key, kind, cache_dir=self.cache_dir, workers=self.workers,
-                                     timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget)
+                                     timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget,
+                                     trust=trust)
         if load and report.hit:
             self._use_cache_dir()
             report.loaded = artifacts.load_mega_cache(report.artifacts[0])
         return report
+
+    def check(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
+              env: Optional[Mapping[str, str]] = None, kind: str = keys.DEFAULT_KIND,
+              require_hit: Optional[bool] = None) -> CheckReport:
+        """Will ``restore()`` of this key hit here? Resolves without downloading or writing anything and without
+        counting as a restore (``cachesvc_client.check``): hit or miss with the restore's own reason (a refused
+        signature included), the entry, version and bytes a restore would move; for a miss the nearest entry's
+        differing fields and whether its version would pass ``trusted_keys``. Raises keys.InvalidKey /
+        keyenv.EnvError for a bad key or env file, CacheClientError when the service cannot answer."""
+        key = self.key(name, shape, tags, env)
+        keys.check_kind(kind)
+        return _check(self.api, key, kind=kind, trust=self.trust(),
+                     require_hit=require_hit_from_env() if require_hit is None else require_hit,
+                     deadline=time.monotonic() + self.timeout)
+
+    def trust(self) -> Optional[signing.Trust]:
+        """The trusted keys, read now from ``trusted_keys`` (None: signatures not required). A file that
+        cannot be read, or no ``cryptography``, gives a Trust that refuses every version."""
+        return signing.Trust.from_file(self.trusted_keys) if self.trusted_keys else None
 
     def verify(self, report: Optional[RestoreReport] = None, *, send: bool = True,
                first_call_seconds: Optional[float] = None) -> Verdict:
@@ -257,11 +312,13 @@ class CacheClient:
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
                 roots: Optional[Dict[str, str]] = None, min_compile_seconds: Optional[float] = None,
-                merge: bool = True) -> PublishReport:
+                merge: bool = True, extra_roots: Optional[Mapping[str, str]] = None) -> PublishReport:
         """Snapshot this process's compile state and publish it under the key.
 
         ``compile_seconds`` defaults to the compile time torch recorded in this process.
         ``roots`` (role -> folder) replaces the default roots (for tests and special layouts).
+        ``extra_roots`` (role -> folder; "" for a known one's own folder) adds roots to them, as
+        ``$CACHESVC_EXTRA_ROOTS`` does (``roots.extra_roots``: FlashInfer's, DeepGEMM's, torch extensions').
         Admission: when ``compile_seconds`` is under ``min_compile_seconds`` (default
         ``$CACHESVC_MIN_COMPILE_SECONDS``, else 0) nothing is sent (status ``skipped``,
         ``admitted=False``); content the service holds under another key is linked (status
@@ -279,8 +336,11 @@ class CacheClient:
             report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)
             log.info("%s", report.summary(), extra=SUMMARY)
             return report
-        root_list = (roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in roots.items())
-                     if roots is not None else roots_mod.default_roots(self.cache_dir))
+        if roots is not None:
+            root_list = roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in
+                                                  {**roots, **roots_mod.extra_roots(extra_roots)}.items())
+        else:
+            root_list = roots_mod.default_roots(self.cache_dir, roots_mod.extra_roots(extra_roots))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
                           merge=merge)
         return _published(report, keyenv.disagreement(key["env"], self.env_file if env is None else None))

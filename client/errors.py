@@ -64,6 +64,15 @@ class MalformedAnswer(CacheClientError):
         super().__init__(message, code="malformed_answer", status=status)
 
 
+class HitRequired(CacheClientError):
+    """A restore missed where a hit was required (``require_hit=True``, ``CACHESVC_REQUIRE_HIT=1``): the
+    message says why it missed; ``report`` is the miss's RestoreReport."""
+
+    def __init__(self, message: str, report: Any = None):
+        super().__init__(message, code="hit_required")
+        self.report = report
+
+
 _BY_CODE = {
     "invalid_request": InvalidRequest,
     "unprocessable_entity": InvalidRequest,

@@ -149,10 +149,11 @@ def entries_text(listing: dict, *, versions: bool) -> str:
     rows = listing["entries"]
     if versions:
         headers = ["ENTRY", "NAME", "SHAPE", "VERSION", "KIND", "FILES", "SIZE", "RESTORES", "VERIFIED",
-                   "HIT RATE", "COMMITTED"]
+                   "HIT RATE", "COMMITTED", "SIGNED BY"]
         cells = [[e["id"], e["name"], e["shape"], v["id"], v["kind"], v["file_count"], format_size(v["total_bytes"]),
                   v["restore_count"], v["verify_count"], _percent(v["hit_rate"]) + (" problem" if v["problem"] else ""),
-                  _date(v["committed_at"])] for e in rows for v in e["versions_detail"]]
+                  _date(v["committed_at"]), signer_text(v.get("signed_by"))]
+                 for e in rows for v in e["versions_detail"]]
     else:
         headers = ["ID", "NAME", "SHAPE", "TAGS", "TORCH", "DEVICE", "KINDS", "VERSIONS", "SIZE", "RESTORES",
                    "LAST RESTORED"]
@@ -163,6 +164,13 @@ def entries_text(listing: dict, *, versions: bool) -> str:
     footer = (f"{listing['shown']} of {listing['total']} entries" +
               (f" ({more} more: --limit 0 shows all)" if more > 0 else ""))
     return (table(headers, cells) + "\n" if cells else "") + footer
+
+
+def signer_text(signed_by: Optional[dict]) -> str:
+    """A version's ``signed_by`` as ``SHA256:... comment`` (``-``: unsigned)."""
+    if not signed_by:
+        return "-"
+    return f"{signed_by['fingerprint']} {signed_by.get('comment') or ''}".strip()
 
 
 def service_stats(api: ServiceAPI, days: int) -> dict:

@@ -16,9 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, answers, driver_helpers, keys, packing, roots as roots_mod
+from . import __version__, answers, driver_helpers, keys, packing, roots as roots_mod, signing
 from .encoding import encode, file_sha256
-from .errors import BlobsMissing, InvalidRequest, ServiceUnavailable
+from .errors import BlobsMissing, CacheClientError, InvalidRequest, ServiceUnavailable
 from .fingerprint import torch_dir
 from .transport import blobs
 from .transport.api import ServiceAPI
@@ -234,14 +234,24 @@ class Uploads:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+def sign(body: dict) -> None:
+    """Sign the publish ``body`` with ``$CACHESVC_SIGNING_KEY`` (unset: leave it unsigned), and turn its merge
+    off: the signature covers exactly its own files. A key that cannot be read raises CacheClientError."""
+    try:
+        signer = signing.Signer.from_env()
+    except signing.SigningError as exc:
+        raise CacheClientError(str(exc), code="signing_key") from None
+    if signer is not None:
+        body.update(signature=signer.sign(body["key"], body["kind"], body["files"]), merge=False)
+
+
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
             workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True, kind: str = "inductor-dir",
             meta: Optional[Dict[str, str]] = None) -> PublishReport:
     """Snapshot ``roots`` and publish them under ``key`` as one version of ``kind``; ``meta`` adds to the
     version's metadata. With ``merge`` the service unions the manifest with the key's newest version
-    (``cachesvc.publish.merging``), so publishers that restored it converge."""
-    start = time.monotonic()
-    wanted = roots
+    (``cachesvc.publish.merging``), so publishers that restored it converge; a signed one never (``sign``)."""
+    start, wanted = time.monotonic(), roots
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
     if not files:  # an empty version would hide the key's good one
@@ -263,6 +273,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
         "meta": {"host": platform.node()[:200], "client": __version__, "pid": str(os.getpid()),
                  "torch_dir": torch_dir() or "", **(meta or {})},
     }
+    sign(body)
     answer = create(api, body)
     report = PublishReport(status=answer["status"], name=key["name"], shape=key["shape"],
                            version_id=answer["version"]["id"], entry_id=answer["entry"]["id"],

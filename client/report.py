@@ -56,6 +56,8 @@ class RestoreReport:
     tags: Dict[str, str] = field(default_factory=dict)  # the key's tags
     env: Dict[str, str] = field(default_factory=dict)   # the key's environment (cachesvc_client.keys.ENV_FIELDS)
     env_file: str = ""        # the env file that environment came from ("" when read by this process)
+    signed_by: Dict[str, str] = field(default_factory=dict)  # the version's signer: fingerprint, comment ({}: unsigned)
+    refused: bool = False     # a version was found but its signature was refused (CACHESVC_TRUSTED_KEYS): see reason
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

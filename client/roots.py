@@ -32,6 +32,17 @@ Roles (see ``resolve_root``):
 ``vllm_aot``  ``<VLLM_CACHE_ROOT>/torch_aot_compile``: where vLLM releases before that
               nesting kept the AOT artifacts (``<hash>/rank_<r>_<dp>/model``).
 
+Extra roots (``extra_roots``): a deployment names more folders, published
+and restored like the others, in ``$CACHESVC_EXTRA_ROOTS`` (``role=/folder``,
+comma-separated) or ``extra_roots=``; these are known by name alone
+(``known_extra_dir``), and a restore places them without being told:
+
+``torch_extensions``  torch C++ extensions (``cpp_extension.load``/``load_inline``):
+              ``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions`` (its
+              ``<py>_<cpu|cuXY>/<name>/`` build folders).
+``flashinfer`` FlashInfer's JIT: ``${FLASHINFER_WORKSPACE_BASE:-~}/.cache/flashinfer``.
+``deep_gemm``  DeepGEMM's JIT kernels: ``$DG_JIT_CACHE_DIR``, else ``$HOME/.deep_gemm``.
+
 Stdlib only, Python 3.9+.
 """
 from __future__ import annotations
@@ -42,10 +53,15 @@ import re
 import stat
 import tempfile
 from dataclasses import dataclass
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from .keys import InvalidKey, check_role
 
 #: Every role this client knows, in publish order.
 ROLES: Tuple[str, ...] = ("inductor", "pch", "memo", "triton", "nv", "vllm", "vllm_aot")
+#: Extra roots known by name alone (``known_extra_dir``): published when named, restored whenever a version has them.
+KNOWN_EXTRA: Tuple[str, ...] = ("torch_extensions", "flashinfer", "deep_gemm")
+EXTRA_ROOTS_VAR = "CACHESVC_EXTRA_ROOTS"
 
 
 @dataclass(frozen=True)
@@ -132,11 +148,66 @@ def vllm_cache_root() -> str:
     return os.path.abspath(os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", os.path.join(xdg, "vllm"))))
 
 
-def resolve_root(role: str, cache_dir: Optional[str] = None) -> str:
+def known_extra_dir(role: str) -> str:
+    """The folder a known extra root (``KNOWN_EXTRA``) is in this process, by its tool's own rule."""
+    home = os.path.expanduser("~")
+    if role == "torch_extensions":
+        # torch.utils.cpp_extension._get_build_directory: TORCH_EXTENSIONS_DIR as given (even ""), else
+        # realpath(torch._appdirs.user_cache_dir("torch_extensions")) / "<py>_<accelerator>"; the root is that
+        # parent, so every Python and accelerator's folder travels
+        given = os.environ.get("TORCH_EXTENSIONS_DIR")
+        if given is not None:
+            return os.path.abspath(given)
+        return os.path.realpath(os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")),
+                                             "torch_extensions"))
+    if role == "flashinfer":
+        # flashinfer.jit.env: Path(os.getenv("FLASHINFER_WORKSPACE_BASE", Path.home())) / ".cache" / "flashinfer"
+        return os.path.abspath(os.path.join(os.environ.get("FLASHINFER_WORKSPACE_BASE", home), ".cache", "flashinfer"))
+    if role == "deep_gemm":
+        # DeepGEMM's csrc/jit/compiler.hpp: $DG_JIT_CACHE_DIR when not empty, else $HOME/.deep_gemm
+        return os.path.abspath(os.environ.get("DG_JIT_CACHE_DIR") or os.path.join(os.environ.get("HOME") or home,
+                                                                                 ".deep_gemm"))
+    raise ValueError(f"{role!r} is not a known extra root; known: {', '.join(KNOWN_EXTRA)}")
+
+
+def extra_roots(given: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """role -> absolute folder of this deployment's extra roots: ``$CACHESVC_EXTRA_ROOTS`` (``role=/folder`` or
+    a ``KNOWN_EXTRA`` name alone, comma-separated), then ``given`` (the same as a mapping; "" or None: the
+    known folder). A role must pass the role rule and not be a built-in one; a folder must be absolute (``~``
+    expands). Raises InvalidKey naming the setting and the item."""
+    spec: Dict[str, Optional[str]] = {}
+    for item in os.environ.get(EXTRA_ROOTS_VAR, "").split(","):
+        if item.strip():
+            role, sep, folder = item.partition("=")
+            spec[role.strip()] = folder.strip() if sep else None
+    spec.update(given or {})
+    out = {}
+    for role, folder in spec.items():
+        where = f"{EXTRA_ROOTS_VAR} / extra_roots: {role!r}"
+        try:
+            check_role(role)
+        except InvalidKey as exc:
+            raise InvalidKey(f"{where}: {exc}") from None
+        if role in ROLES:
+            raise InvalidKey(f"{where} is a built-in root; name extra roots only")
+        if not folder:
+            if role not in KNOWN_EXTRA:
+                raise InvalidKey(f"{where} needs a folder (role=/folder); known by name alone: "
+                                 f"{', '.join(KNOWN_EXTRA)}")
+            folder = known_extra_dir(role)
+        folder = os.path.expanduser(folder)
+        if not os.path.isabs(folder):
+            raise InvalidKey(f"{where}: its folder must be absolute, got {folder!r}")
+        out[role] = os.path.abspath(folder)
+    return out
+
+
+def resolve_root(role: str, cache_dir: Optional[str] = None, extra: Optional[Mapping[str, str]] = None) -> str:
     """The absolute folder ``role`` maps to in this process. ValueError for an unknown role.
 
     ``cache_dir`` is the Inductor cache dir this process uses (None or ""
-    means $TORCHINDUCTOR_CACHE_DIR, else torch's default).
+    means $TORCHINDUCTOR_CACHE_DIR, else torch's default). ``extra``: the extra roots (``extra_roots()``;
+    None: read them now); a known extra root resolves even when not named.
     """
     if role == "inductor":
         return inductor_cache_dir(cache_dir)
@@ -161,7 +232,13 @@ def resolve_root(role: str, cache_dir: Optional[str] = None) -> str:
         return os.path.join(vllm_cache_root(), "torch_compile_cache")
     if role == "vllm_aot":
         return os.path.join(vllm_cache_root(), "torch_aot_compile")
-    raise ValueError(f"unknown root role {role!r}; known: {', '.join(ROLES)}")
+    named = extra_roots() if extra is None else extra
+    if role in named:
+        return named[role]
+    if role in KNOWN_EXTRA:
+        return known_extra_dir(role)
+    raise ValueError(f"unknown root role {role!r}; known: {', '.join(ROLES + KNOWN_EXTRA)}; name it in "
+                     f"{EXTRA_ROOTS_VAR} (role=/folder) to restore it")
 
 
 def inside(path: str, parent: str) -> bool:
@@ -181,21 +258,22 @@ def with_exclusions(roots: Iterable[Root]) -> List[Root]:
     return out
 
 
-def default_roots(cache_dir: Optional[str] = None) -> List[Root]:
+def default_roots(cache_dir: Optional[str] = None, extra: Optional[Mapping[str, str]] = None) -> List[Root]:
     """The roots to snapshot for a process whose Inductor cache dir is ``cache_dir``.
 
-    Every role of ``ROLES``, except ``triton`` when Triton's dir is the
-    inductor root or inside it (Inductor's own triton/<device> dirs travel with
-    that root), and except a role whose folder another role already names.
+    Every role of ``ROLES``, then the extra roots (``extra``; None: ``extra_roots()``, the setting), except
+    ``triton`` when Triton's dir is the inductor root or inside it (Inductor's own triton/<device> dirs
+    travel with that root), and except a role whose folder another role already names.
     Nested roots (``pch`` and ``memo`` sit inside the inductor root when
-    TORCHINDUCTOR_CACHE_DIR is the default dir) are listed in the outer
-    root's ``exclude``. Folders need not exist.
+    TORCHINDUCTOR_CACHE_DIR is the default dir; an extra root inside another) are listed in the outer
+    root's ``exclude``, so no file travels twice. Folders need not exist.
     """
     inductor = resolve_root("inductor", cache_dir)
+    named = extra_roots() if extra is None else dict(extra)
     roots: List[Root] = []
     seen = set()
-    for role in ROLES:
-        path = resolve_root(role, inductor)
+    for role in ROLES + tuple(sorted(named)):
+        path = resolve_root(role, inductor, named)
         if role == "triton" and inside(path, inductor):
             continue
         if path in seen:

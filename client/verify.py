@@ -89,7 +89,11 @@ def read_counters() -> Dict[str, int]:
 def new_artifacts(cache_dir: str, since: float, placed: Dict[str, list]) -> Dict[str, List[str]]:
     """role -> relative paths of files in the roots modified at or after ``since`` that the restore did not place."""
     out: Dict[str, List[str]] = {}
-    for root in roots_mod.default_roots(cache_dir):
+    try:
+        roots = roots_mod.default_roots(cache_dir)
+    except ValueError:  # a bad CACHESVC_EXTRA_ROOTS (the restore said so): judge the built-in roots
+        roots = roots_mod.default_roots(cache_dir, {})
+    for root in roots:
         for rel, abspath, _size, _mode in roots_mod.walk(root.path, root.exclude):
             if f"{root.role}/{rel}" in placed:
                 continue

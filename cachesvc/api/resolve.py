@@ -31,7 +31,7 @@ def resolve(args):
     svc = services()
     with svc.db.session() as s:
         answer = resolving.resolve(s, svc.storage, svc.settings, key, args["fallback"], args.get("fallback_max_bytes"),
-                                   hits=svc.hits, kind=args["kind"])
+                                   hits=svc.hits, kind=args["kind"], count=args["count"])
     presigned = sum(b["stored_size"] for b in answer.get("blobs", {}).values()
                     if not b.get("pack", b["url"]).startswith("/"))
     metrics.current().bytes_out.labels("presigned").inc(presigned)

@@ -39,6 +39,16 @@ class EntrySummarySchema(Schema):
     restore_count = fields.Integer(**_d("resolves that delivered one of its versions"))
 
 
+class SignatureSchema(Schema):
+    public_key = fields.String(**_d("the signer's OpenSSH public key line (ssh-ed25519 AAAA... comment)"))
+    signature = fields.String(**_d("base64 of the Ed25519 signature of cachesvc_client.signing.manifest_bytes"))
+
+
+class SignerSchema(Schema):
+    fingerprint = fields.String(**_d("SHA256:... of the key, as ssh-keygen -l prints it"))
+    comment = fields.String(**_d("the key's comment (who made it, e.g. ci@build)"))
+
+
 class VersionSummarySchema(Schema):
     id = fields.Integer(**_d("the version's id"))
     entry_id = fields.Integer(**_d("the id of its entry (its key)"))
@@ -61,6 +71,11 @@ class VersionSummarySchema(Schema):
     last_verdict = fields.String(**_d("the last trusted verdict: paid_off, partial or no_hits; null before one",
                                       allow_none=True))
     problem = fields.Boolean(**_d("the last trusted verdict was no_hits: the version restores but does not hit"))
+    signature = fields.Nested(SignatureSchema, allow_none=True, metadata={
+        "description": "the publisher's Ed25519 signature of the manifest and key (checked for shape only; "
+                       "clients with CACHESVC_TRUSTED_KEYS verify it); null: unsigned"})
+    signed_by = fields.Nested(SignerSchema, allow_none=True, metadata={
+        "description": "the signing key's fingerprint (SHA256:..., as ssh-keygen -l) and comment; null: unsigned"})
 
 
 class ManifestFileSchema(Schema):

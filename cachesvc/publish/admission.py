@@ -35,6 +35,7 @@ def link(session: Session, entry: Entry, body: dict, files: List[dict], digest: 
         total_bytes=sum(f["size"] for f in files), roots=body["roots"],
         meta={**body["meta"], "linked_from": str(same.id)}, compile_seconds=body["compile_seconds"],
         created_at=now, committed_at=now, commit_seq=index.next_commit_seq(session), restore_count=0,
+        **index.signature_columns(body.get("signature")),
     )
     session.add(version)
     session.flush()

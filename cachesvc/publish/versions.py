@@ -93,11 +93,13 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id, body["kind"])
     body = dict(body, meta=merging.without_base(body["meta"]))
-    if body.get("merge") and body["kind"] == keys.DEFAULT_KIND:  # only directory snapshots are unioned
+    signed = index.signature_columns(body.get("signature"))
+    # only directory snapshots are unioned, and never a signed one: its signature covers its own files
+    if body.get("merge") and body["kind"] == keys.DEFAULT_KIND and not signed:
         files, body = merging.union(session, newest, body)
         sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     digest = keys.manifest_digest(files)
-    if newest is not None and newest.manifest_digest == digest:
+    if index.same_content(newest, digest, signed):
         return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
                      "version": index.version_summary(newest), "upload": []}
     linked = admission.link(session, entry, body, files, digest, sizes)
@@ -115,7 +117,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
         file_count=len(files), total_bytes=sum(f["size"] for f in files), roots=body["roots"],
         meta=body["meta"], compile_seconds=body["compile_seconds"], created_at=now,
         lease_expires_at=now + dt.timedelta(seconds=settings["UPLOAD_LEASE_SECONDS"]), restore_count=0,
-        token_id=token_id,
+        token_id=token_id, **signed,
     )
     session.add(version)
     session.flush()
@@ -280,7 +282,8 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
         raise InvalidRequest(f"version {version_id} has no files: a version without files would hide the key's "
                              "newest one; publish again after the compile has written its cache", {"field": "files"})
     newest = index.newest_committed(session, version.entry_id, version.kind)
-    if newest is not None and newest.manifest_digest == version.manifest_digest:
+    if index.same_content(newest, version.manifest_digest, index.signature_columns(
+            {"public_key": version.signer_key, "signature": version.signature} if version.signature else None)):
         session.delete(version)  # a concurrent publisher committed the same content first
         return {"status": "unchanged", "version": index.version_summary(newest)}, direct_bytes
     version.state = "committed"

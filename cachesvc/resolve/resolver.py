@@ -15,7 +15,7 @@ from ..storage import Storage
 
 def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallbacks: Sequence[str] = (),
             fallback_max_bytes: Optional[int] = None, hits: Optional[HitLog] = None,
-            kind: str = "inductor-dir") -> dict:
+            kind: str = "inductor-dir", count: bool = True) -> dict:
     """Return the newest committed version of ``kind`` with its manifest and blob URLs, else the first
     fallback that finds something (``cachesvc.resolve.fallback``; inductor-dir only), else
     ``{"hit": False, "reason": ..., "nearest": [...]}`` (``cachesvc.resolve.explain``).
@@ -23,12 +23,14 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
     A hit counts as a restore of the entry and the version (the counters the
     browse pages and purge-by-last-use read): recorded in ``hits``, which writes
     them within seconds, or in ``session`` at once when ``hits`` is None.
-    A hit reads two queries and writes nothing in the request.
+    A hit reads two queries and writes nothing in the request. ``count`` False: a look
+    (``cachesvc-client check``), recorded as neither a restore nor a miss.
     """
     entry, version = index.find_with_newest(session, key["name"], key["shape"], key["tags"], key["env"], kind)
     if version is None:
         miss = Event(kind="miss", entry_id=entry.id if entry else None)
-        session.add(miss)
+        if count:
+            session.add(miss)
         reason = ("no entry has this key" if entry is None else "the entry has no committed version"
                   + ("" if kind == "inductor-dir" else f" of kind {kind}"))
         found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes) \
@@ -40,7 +42,9 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
 
     rows = index.files_with_blobs(session, version.id)
     expires = settings["PRESIGN_EXPIRES"]
-    if hits is None:
+    if not count:
+        pass
+    elif hits is None:
         write_now(session, [(entry.id, version.id, version.total_bytes, version.compile_seconds)])
     else:
         hits.record(entry.id, version.id, version.total_bytes, version.compile_seconds)

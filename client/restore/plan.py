@@ -34,6 +34,8 @@ class Plan:
     local: Dict[str, Optional[str]]
     state_dir: str
     lock: str
+    #: roles whose files are written with an old mtime (``pipeline.age``): the extra roots
+    aged: Tuple[str, ...] = ()
 
 
 def check_manifest(files: List[dict]) -> None:
@@ -94,12 +96,14 @@ def dedup_files(files: List[dict]) -> Tuple[List[dict], List[str]]:
     return out, conflicts
 
 
-def local_roots(files: List[dict], cache_dir: str) -> Dict[str, Optional[str]]:
-    """role -> the real local folder of each root the files name (None: a role this client does not know)."""
+def local_roots(files: List[dict], cache_dir: str, extra: Optional[Dict[str, str]] = None) -> Dict[str, Optional[str]]:
+    """role -> the real local folder of each root the files name (None: a role this client does not know).
+    ``extra``: the extra roots (``roots.extra_roots``; None: the setting)."""
     local: Dict[str, Optional[str]] = {}
+    extra = roots_mod.extra_roots() if extra is None else extra
     for role in {f["root"] for f in files}:
         try:
-            local[role] = os.path.realpath(roots_mod.resolve_root(role, cache_dir))
+            local[role] = os.path.realpath(roots_mod.resolve_root(role, cache_dir, extra))
         except ValueError:
             local[role] = None  # published by a newer client; this one does not know where it goes
     return local
@@ -119,7 +123,8 @@ def targets(report: RestoreReport, plan: Plan, blobs: Dict[str, dict], *,
         label = f"{f['root']}:{f['path']}"
         root = plan.local[f["root"]]
         if root is None:
-            report.failed.append(f"{label}: unknown root role {f['root']!r} (upgrade cachesvc-client)")
+            report.failed.append(f"{label}: unknown root role {f['root']!r} (name it in "
+                                 f"{roots_mod.EXTRA_ROOTS_VAR}=role=/folder, or upgrade cachesvc-client)")
             continue
         try:
             target = safe_target(root, f["path"])

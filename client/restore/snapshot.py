@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from .. import roots as roots_mod
 from ..fingerprint import torch_dir
 from ..report import RestoreReport
+from ..signing import Trust
 from ..transport.api import ServiceAPI
 from .pipeline import run
 from .place import STATE_DIR
@@ -54,21 +55,25 @@ from .plan import Plan, check_manifest, dedup_files, local_roots
 
 def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, timeout: float = 30.0,
             stall_timeout: float = 30.0, budget: Optional[float] = None, fallbacks: Sequence[str] = (),
-            fallback_max_bytes: Optional[int] = None) -> RestoreReport:
+            fallback_max_bytes: Optional[int] = None, trust: Optional[Trust] = None,
+            extra_roots: Optional[Dict[str, str]] = None) -> RestoreReport:
     """Restore the newest version of ``key`` into this process's roots. See the module docstring.
 
     ``budget``: seconds the whole restore may take (resolving and waiting for
     another rank's lock included), whatever the servers do: transfers still
     running then are cut off and their files left out (reported in
     ``failed``). None: no limit beyond the timeouts. ``timeout`` bounds the
-    resolve. Raises CacheClientError subclasses on service or storage trouble
+    resolve. ``trust``: the signatures required (``pipeline.run``). ``extra_roots``: role -> folder of the
+    deployment's extra roots (``roots.extra_roots``; None: the setting); their files are written with an
+    old mtime (``pipeline.age``). Raises CacheClientError subclasses on service or storage trouble
     (MalformedAnswer for an answer that breaks its shape); the caller
     (CacheClient.restore) turns them into a miss unless strict. No temp file
     of this restore remains when it returns, by any path.
     """
-    report, plan = run(api, key, kind="inductor-dir", accept=functools.partial(_accept, cache_dir=cache_dir),
+    report, plan = run(api, key, kind="inductor-dir", accept=functools.partial(_accept, cache_dir=cache_dir,
+                                                                              extra=extra_roots),
                        workers=workers, timeout=timeout, stall_timeout=stall_timeout, budget=budget,
-                       fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes)
+                       fallbacks=fallbacks, fallback_max_bytes=fallback_max_bytes, trust=trust)
     if plan is not None:
         report.hit = report.files + report.files_present > 0 and len(report.failed) < len(plan.files)
         if not report.hit:
@@ -76,7 +81,7 @@ def restore(api: ServiceAPI, key: dict, cache_dir: str, *, workers: int = 16, ti
     return report
 
 
-def _accept(report: RestoreReport, answer: dict, *, cache_dir: str) -> Plan:
+def _accept(report: RestoreReport, answer: dict, *, cache_dir: str, extra: Optional[Dict[str, str]]) -> Plan:
     """Fill the report from a hit's answer; return the plan: the files (a fallback's union deduplicated) into
     the local roots, the stamp and lock in ``<inductor root>/.cachesvc/``."""
     files, version = answer["files"], answer["version"]
@@ -97,8 +102,9 @@ def _accept(report: RestoreReport, answer: dict, *, cache_dir: str) -> Plan:
         report.warnings.append(f"torch is installed at {here} here but was at {published_torch} when published: "
                                "Inductor's C++ kernels key on that path and will be rebuilt; install torch at the "
                                "same path in every container")
-    local = local_roots(files, cache_dir)
+    local = local_roots(files, cache_dir, extra)
     report.roots = {r: p for r, p in local.items() if p}
     state_dir = os.path.join(os.path.realpath(roots_mod.resolve_root("inductor", cache_dir)), STATE_DIR)
     os.makedirs(state_dir, exist_ok=True)
-    return Plan(files, local, state_dir, os.path.join(state_dir, "restore.lock"))
+    return Plan(files, local, state_dir, os.path.join(state_dir, "restore.lock"),
+                aged=tuple(sorted(r for r in local if r not in roots_mod.ROLES)))

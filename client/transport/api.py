@@ -153,8 +153,9 @@ class ServiceAPI:
 
     # -- endpoints ----------------------------------------------------------
     def resolve(self, key: dict, deadline: Optional[float] = None, *, fallbacks: Sequence[str] = (),
-                fallback_max_bytes: Optional[int] = None, kind: str = "inductor-dir") -> dict:
-        """The checked resolve answer (``answers.resolve``)."""
+                fallback_max_bytes: Optional[int] = None, kind: str = "inductor-dir", count: bool = True) -> dict:
+        """The checked resolve answer (``answers.resolve``). ``count`` False: a look (``check``), which the
+        service records as neither a restore nor a miss."""
         params = {"name": key["name"], "shape": key["shape"],
                   "tags": json.dumps(key["tags"], sort_keys=True), **key["env"]}
         if fallbacks:
@@ -163,6 +164,8 @@ class ServiceAPI:
             params["fallback_max_bytes"] = str(fallback_max_bytes)
         if kind != "inductor-dir":  # services before artifact kinds know only the default
             params["kind"] = kind
+        if not count:
+            params["count"] = "false"
         return self.call("GET", "/api/v1/resolve", deadline=deadline, params=params, check=answers.resolve)
 
     def create_version(self, body: dict) -> dict:

@@ -73,7 +73,7 @@ def test_malformed_resolve_answers_are_named(doc, says):
 def test_a_good_answer_keeps_what_restore_reads():
     got = answers.resolve(hit(extra={"ignored": 1}))
     assert got["files"][0] == {"root": "inductor", "path": "a/b", "sha256": D, "size": 5, "mode": 420}
-    assert got["version"] == {"id": 2, "meta": {"torch_dir": "/t"}} and got["fallback"] is None
+    assert got["version"] == {"id": 2, "meta": {"torch_dir": "/t"}, "signature": None} and got["fallback"] is None
     miss = answers.resolve({"hit": False, "reason": "no entry has this key"})
     assert miss == {"hit": False, "reason": "no entry has this key", "nearest": []}
 

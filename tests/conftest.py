@@ -2,7 +2,7 @@
 
 Backends the tests run against, and how to ask for them:
 
-    database_url      parametrized  sqlite | postgres   (schema built by Alembic)
+    database_url      parametrized  sqlite | postgres   (a copy of the run's migrated template)
     storage_settings  parametrized  local  | s3         (cachesvc settings dict)
     storage           the Storage built from storage_settings
     app, client       a fresh app on database_url x storage_settings
@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import sqlite3
 import threading
 import uuid
-from typing import Dict, Iterator
+from pathlib import Path
+from typing import Dict, Iterator, Optional
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -40,7 +43,6 @@ from demo.s3server import S3Server  # the one rclone launcher (benchmarks use it
 from demo.service import free_port
 
 PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
 
 
 # --------------------------------------------------------------------------- S3
@@ -63,6 +65,17 @@ def s3_server(tmp_path_factory) -> Iterator[S3Server]:
 
 
 # --------------------------------------------------------------------- databases
+#
+# Migrating costs 0.5-0.9 s a database (10 Alembic revisions); copying a migrated one costs
+# milliseconds. So each process of the run (each xdist worker) migrates one template per database
+# kind, once, and every test gets a copy: a file copy on SQLite, CREATE DATABASE ... TEMPLATE on
+# PostgreSQL. What the copies skip, the migrations run from an empty database, is
+# tests/service/test_migrations.py's (``empty_database_url``).
+
+
+def _worker() -> str:
+    """This process's name in the run: xdist's worker id, or ``main`` without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @pytest.fixture(scope="session")
@@ -88,13 +101,13 @@ def pg_server_url() -> str:
 
 
 @contextlib.contextmanager
-def _postgres_database(server_url: str) -> Iterator[str]:
-    """A fresh, uniquely named, empty database on the server; dropped on the way out."""
-    name = f"cachesvc_test_{uuid.uuid4().hex[:12]}"
+def _postgres_database(server_url: str, template: Optional[str] = None, prefix: str = "cachesvc_test") -> Iterator[str]:
+    """A fresh, uniquely named database on the server (empty, or a copy of ``template``); dropped on the way out."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = create_engine(server_url, isolation_level="AUTOCOMMIT")  # CREATE DATABASE can't run in a transaction
     try:
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            conn.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
         try:
             yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
         finally:
@@ -110,23 +123,57 @@ def _migrated(url: str) -> str:
     return url
 
 
-@pytest.fixture
-def sqlite_url(tmp_path) -> str:
-    """A migrated SQLite database in this test's tmp_path."""
-    return _migrated(f"sqlite:///{tmp_path / 'cachesvc.db'}")
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory) -> Path:
+    """A migrated SQLite file, made once per process of the run, checkpointed so the file alone holds it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "cachesvc.db"
+    _migrated(f"sqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # WAL mode: fold the log into the file
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _postgres_template(pg_server_url) -> Iterator[str]:
+    """The name of a migrated PostgreSQL database, made once per process of the run, that tests copy.
+
+    Named by the xdist worker (and a random suffix: other runs may share the server), so no two
+    processes copy one template at once; nothing stays connected to it, as CREATE DATABASE ... TEMPLATE
+    requires (the migrations dispose of their engine)."""
+    with _postgres_database(pg_server_url, prefix=f"cachesvc_template_{_worker()}") as url:
+        _migrated(url)
+        yield make_url(url).database
 
 
 @pytest.fixture
-def postgres_url(pg_server_url) -> Iterator[str]:
-    """A migrated, fresh PostgreSQL database, dropped after the test."""
-    with _postgres_database(pg_server_url) as url:
-        yield _migrated(url)
+def sqlite_url(tmp_path, _sqlite_template) -> str:
+    """A migrated SQLite database in this test's tmp_path (a copy of the run's migrated template)."""
+    path = tmp_path / "cachesvc.db"
+    shutil.copyfile(_sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def postgres_url(pg_server_url, _postgres_template) -> Iterator[str]:
+    """A migrated, fresh PostgreSQL database (a copy of the run's migrated template), dropped after the test."""
+    with _postgres_database(pg_server_url, template=_postgres_template) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request) -> str:
     """``sqlite_url`` or ``postgres_url``: every test that takes it runs on both."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database_url(request, tmp_path) -> Iterator[str]:
+    """An empty database, never migrated, on SQLite and on PostgreSQL: for the tests of the migrations."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    with _postgres_database(request.getfixturevalue("pg_server_url")) as url:
+        yield url
 
 
 # ----------------------------------------------------------------------- storage

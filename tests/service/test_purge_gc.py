@@ -18,6 +18,8 @@ from cachesvc.models import Blob, Entry, Version, VersionFile, utcnow
 from cachesvc.storage import blob_key, incoming_key
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
 
+pytestmark = pytest.mark.backends  # GC deletes from storage under the database's locks
+
 LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from sqlalchemy import and_, any_, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -237,7 +237,3 @@ def version_summary(v: Version) -> dict:
         "last_verdict": v.last_verdict,
         "problem": v.problem,
     }
-
-
-def unique_digests(files: Iterable[dict]) -> Set[str]:
-    return {f["sha256"] for f in files}

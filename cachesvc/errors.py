@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
+from cachesvc_client.rules import ERROR_CODES
 from flask import Flask, jsonify, request
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
@@ -21,8 +22,17 @@ log = logging.getLogger(__name__)
 
 
 class CacheError(Exception):
+    """``code`` names the error in the answer; a subclass's HTTP status is the shared table's for its code
+    (``cachesvc_client.rules.ERROR_CODES``, which the client maps back)."""
     code = "error"
     status = 500
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.code not in ERROR_CODES:
+            raise TypeError(f"{cls.__name__}: error code {cls.code!r} is not in cachesvc_client.rules.ERROR_CODES; "
+                            "add it there with its HTTP status, and map it in cachesvc_client.errors")
+        cls.status = ERROR_CODES[cls.code]
 
     def __init__(self, message: str, details: Optional[Any] = None):
         super().__init__(message)
@@ -31,39 +41,39 @@ class CacheError(Exception):
 
 
 class InvalidRequest(CacheError):
-    code, status = "invalid_request", 400
+    code = "invalid_request"
 
 
 class Unauthorized(CacheError):
-    code, status = "unauthorized", 401
+    code = "unauthorized"
 
 
 class Forbidden(CacheError):
-    code, status = "forbidden", 403
+    code = "forbidden"
 
 
 class NotFound(CacheError):
-    code, status = "not_found", 404
+    code = "not_found"
 
 
 class Conflict(CacheError):
-    code, status = "conflict", 409
+    code = "conflict"
 
 
 class BlobsMissing(CacheError):
-    code, status = "blobs_missing", 409
+    code = "blobs_missing"
 
 
 class PayloadTooLarge(CacheError):
-    code, status = "payload_too_large", 413
+    code = "payload_too_large"
 
 
 class UnsupportedMediaType(CacheError):
-    code, status = "unsupported_media_type", 415
+    code = "unsupported_media_type"
 
 
 class Unavailable(CacheError):
-    code, status = "unavailable", 503
+    code = "unavailable"
 
 
 def _body(code: str, message: str, details: Any = None):

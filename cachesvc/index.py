@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from sqlalchemy import and_, any_, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -259,7 +259,3 @@ def signature_fields(v: Version) -> dict:
     (its key's fingerprint and comment, for people) of a version."""
     record = {"public_key": v.signer_key, "signature": v.signature} if v.signer_key and v.signature else None
     return {"signature": record, "signed_by": signing.describe(record)}
-
-
-def unique_digests(files: Iterable[dict]) -> Set[str]:
-    return {f["sha256"] for f in files}

@@ -7,6 +7,7 @@ digest rules come from ``cachesvc_client.keys`` so client and service agree.
 from __future__ import annotations
 
 from cachesvc_client import keys, signing
+from cachesvc_client.rules import ENCODINGS
 from marshmallow import Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 
@@ -114,14 +115,14 @@ class PublishSchema(Schema):
 
 class UploadedSchema(Schema):
     sha256 = fields.String(required=True, validate=_rule(keys.check_digest))
-    encoding = fields.String(required=True, validate=validate.OneOf(["identity", "zstd"]))
+    encoding = fields.String(required=True, validate=validate.OneOf(ENCODINGS))
 
 
 class PackMemberSchema(Schema):
     sha256 = fields.String(required=True, validate=_rule(keys.check_digest))
     offset = fields.Integer(required=True, strict=True, validate=validate.Range(0, 2**40))
     stored_size = fields.Integer(required=True, strict=True, validate=validate.Range(0, 2**40))
-    encoding = fields.String(required=True, validate=validate.OneOf(["identity", "zstd"]))
+    encoding = fields.String(required=True, validate=validate.OneOf(ENCODINGS))
     size = fields.Integer(required=True, strict=True, validate=validate.Range(0, keys.MAX_FILE_SIZE))
 
 
@@ -158,7 +159,7 @@ class PackPutArgs(Schema):
 
 
 class BlobPutArgs(Schema):
-    encoding = fields.String(load_default="identity", validate=validate.OneOf(["identity", "zstd"]))
+    encoding = fields.String(load_default="identity", validate=validate.OneOf(ENCODINGS))
     version = fields.Integer(validate=validate.Range(1, 2**31 - 1),
                              metadata={"description": "the pending version that was told to upload the blob "
                                                       "(its upload target names it)"})

@@ -14,7 +14,7 @@ checked, so code past them indexes without guarding.
     json_object(doc, where)        any answer that must be an object (verdicts, create, commit)
     text / integer / boolean / items / digest / field   the primitives, for other answers
 
-Stdlib only (with ``keys``, also stdlib only): inference containers import it.
+Stdlib only (with ``keys`` and ``rules``, also stdlib only): inference containers import it.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from urllib.parse import urlsplit
 
 from . import keys
+from .rules import ENCODINGS
 
 #: the most files (and blobs) one resolve answer may list; the service's own limit is far lower
 MAX_FILES = 1_000_000
@@ -36,7 +37,6 @@ MAX_URL = 16_384
 MAX_INT = 2**62
 #: a pack is at most this large (the service's limit is 64 MiB)
 MAX_PACK = 1 << 30
-ENCODINGS = ("identity", "zstd")
 #: paths the fast check accepts: ASCII, no '.' or '..' part, parts of 1-255 characters (a subset of what
 #: ``keys.check_relpath`` accepts; the rest go through it)
 _PLAIN_PATH = re.compile(r"(?!\.\.?(?:/|$))[A-Za-z0-9_+=,@~-][A-Za-z0-9._+=,@~-]{0,254}"

@@ -27,9 +27,8 @@ from typing import Callable, Optional
 import zstandard
 
 from .errors import IntegrityError
+from .rules import MAX_WINDOW  # shared with the service's decoder
 
-#: the largest zstd window decoded (our publishers' level 3 uses 2 MiB; a frame wanting more is refused)
-MAX_WINDOW = 8 << 20
 
 
 class Oversize(IntegrityError):

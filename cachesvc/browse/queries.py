@@ -196,7 +196,7 @@ def entry_detail(session: Session, entry_id: int) -> dict:
         row["stored_bytes"] = sum(blobs[d].stored_size for d in mine if d in blobs)
         row["shared_bytes"] = sum(blobs[d].stored_size for d in elsewhere[v.id] if d in blobs)
         row["shared_with"] = {str(o): len(mine & sets[o]) for o in sets if o != v.id and mine & sets[o]}
-        row["files"] = [{"root": f.root, "path": f.path, "sha256": f.digest, "size": f.size, "mode": f.mode,
+        row["files"] = [{**index.file_row(f),
                          "stored_size": blobs[f.digest].stored_size if f.digest in blobs else None,
                          "encoding": blobs[f.digest].encoding if f.digest in blobs else None,
                          "shared": f.digest in elsewhere[v.id]}

@@ -32,7 +32,8 @@ import tempfile
 from typing import BinaryIO, Dict, Iterator, Optional
 from urllib.parse import urlparse
 
-ENCODINGS = ("identity", "zstd")
+from cachesvc_client.rules import ENCODINGS  # the shared rule (the client decodes these)
+
 _SUFFIX = {"identity": "", "zstd": ".zst"}
 
 

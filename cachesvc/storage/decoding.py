@@ -25,11 +25,10 @@ import io
 from typing import BinaryIO, Iterator, Optional
 
 import zstandard
+from cachesvc_client.rules import ENCODINGS, MAX_WINDOW  # shared with the client's decoder
 
 #: the most decoded bytes one step hands out (and the input read at a time)
 CHUNK = 1 << 20
-#: frames that need a larger window are refused (level 3, what cachesvc compresses with, uses 2 MiB)
-MAX_WINDOW = 8 << 20
 
 
 def stored_bound(size: int) -> int:
@@ -73,7 +72,7 @@ class Decode:
     told of every stored chunk read. Raises BadBlob. One stream per object, one thread."""
 
     def __init__(self, raw: BinaryIO, encoding: str, limit: int, seen=lambda chunk: None):
-        if encoding not in ("identity", "zstd"):
+        if encoding not in ENCODINGS:
             raise BadBlob(f"unknown encoding {encoding!r}")
         self.encoding, self.limit = encoding, limit
         self._src = _Bounded(raw, limit, seen)

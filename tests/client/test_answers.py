@@ -176,6 +176,7 @@ def bodies(draw, real):
                          json.dumps(real).replace('"size": ', '"size": 1' + "0" * 5000 + ', "x": ').encode()])))
 
 
+@pytest.mark.fuzz  # 150 restores from mutated answers: CI runs it (.ci/run), the README's command does not
 def test_mutated_resolve_answers_are_misses_or_correct_restores(served):
     proxy, mutated, files = served
 

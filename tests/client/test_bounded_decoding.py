@@ -36,6 +36,8 @@ from tests.helpers import ENV, sha
 from tests.reliability.conftest import ENV_VARS, SHAPE, final_files, publish_files, temp_files, write_files
 from tests.reliability.faults import client_env
 
+pytestmark = pytest.mark.backends("storage")  # bombs placed in each backend's storage
+
 NAME = "bombed"
 GIB = 1 << 30
 _RLE_BLOCK = 128 << 10  # zstd's largest block: an RLE block stores one byte for 128 KiB

@@ -1,7 +1,7 @@
 """Large blobs end to end: several zstd frames at publish, checked by the service, verified by restore.
 
 Runs on both storage backends (local: the body goes through the service's
-PUT; S3: presigned, read back at commit) and both databases.
+PUT; S3: presigned, read back at commit).
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from cachesvc_client import CacheClient, frames
 from tests.client.test_frames import blob_bytes
 from tests.client.test_publish_restore import enter_container, write
 from tests.helpers import ENV, sha
+
+pytestmark = pytest.mark.backends("storage")  # through the service (local), or presigned and read back (S3)
 
 NAME, SHAPE = "big", "f32[1]"
 GCH = "cache/sj/cpp_prefix.h.gch"

@@ -1,5 +1,5 @@
 """Publish packs small blobs, restore reads them back (whole or by Range), dedup holds across versions.
-CacheClient against a live service on every database and backend."""
+CacheClient against a live service on both storage backends."""
 from __future__ import annotations
 
 import os
@@ -12,6 +12,8 @@ from cachesvc.models import Blob, Pack
 from cachesvc_client import CacheClient, packing
 from cachesvc_client.transport import blobs
 from tests.helpers import ENV, sha
+
+pytestmark = pytest.mark.backends("storage")  # packs restored whole or by Range from each backend
 
 NAME, SHAPE = "packed", "f32[4]"
 

@@ -19,6 +19,8 @@ from cachesvc.storage import pack_key
 from cachesvc_client import CacheClient, CacheClientError
 from tests.helpers import ENV, sha
 
+pytestmark = pytest.mark.backends("storage")  # bytes through the service (local), or presigned (S3)
+
 NAME, SHAPE = "mlp", "f32[8,256]"
 
 

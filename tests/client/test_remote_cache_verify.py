@@ -23,6 +23,8 @@ from tests.client.test_remote_cache_hook import _undo_hook, database_url  # noqa
 from tests.helpers import ENV, sha
 from tests.reliability.http_faults import FaultyHTTP
 
+pytestmark = pytest.mark.backends("storage")  # remote-cache values replaced in each backend's storage
+
 torch = pytest.importorskip("torch")
 
 

@@ -29,14 +29,42 @@ from tests.reliability.conftest import (ENV_VARS, NAME, SHAPE, assert_no_half_fi
 from tests.reliability.faults import SlowProxy, client_env
 
 
-def _killed_restore(url: str, env: dict, after: float) -> None:
-    """Start `cachesvc-client restore` and SIGKILL it ``after`` seconds later (a container killed mid-start)."""
+def _kill_when(proc: subprocess.Popen, seen, what: str, timeout: float = 90) -> None:
+    """SIGKILL ``proc`` (a container killed mid-start) as soon as ``seen()`` holds, polled every few ms.
+
+    A kill at a fixed delay lands wherever the machine's load puts the restore (under load, before
+    it started); a kill on an observed moment lands there. Fails, naming the moment, if the process
+    ends first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not seen():
+            assert proc.poll() is None, f"the restore ended (exit {proc.returncode}) before {what}"
+            assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+            time.sleep(0.005)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _killed_restore(url: str, env: dict, cache: Path, moment: str, seen) -> None:
+    """Start `cachesvc-client restore` and SIGKILL it at ``moment``: when ``seen(files it placed, its temp files)``
+    holds in ``cache``."""
+    placed, leftovers = set(final_files(cache)), set(temp_files(cache))
     proc = subprocess.Popen([sys.executable, "-m", "cachesvc_client.cli", "restore", "--name", NAME, "--shape", SHAPE,
                              "--url", url, "-q"], env={**env, **ENV_VARS}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    time.sleep(after)
-    proc.kill()
-    proc.wait()
+    _kill_when(proc, lambda: seen(len(set(final_files(cache)) - placed), set(temp_files(cache)) - leftovers), moment)
+
+
+#: when each killed restore is killed, in turn: (name, (files it placed, its temp files) -> kill now). Each
+#: moment is one the restore reaches: the third kill leaves a file in transfer for the fourth to place
+#: (the small files come in packs, so they land in bursts).
+MOMENTS = [
+    ("its first temp file", lambda placed, temps: bool(temps)),
+    ("its first placed file", lambda placed, temps: placed >= 1),
+    ("a temp file after its first placed file", lambda placed, temps: placed >= 1 and bool(temps)),
+    ("its first placed file, late in the restore", lambda placed, temps: placed >= 1),
+]
 
 
 def test_interrupted_restore_killed_at_several_moments_leaves_only_whole_files_and_a_later_restore_completes(
@@ -49,10 +77,11 @@ def test_interrupted_restore_killed_at_several_moments_leaves_only_whole_files_a
     cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
 
     progress = []
-    # Blobs come through the service here; the proxy slows them to ~0.8 MB/s so each kill lands mid-restore.
+    # Blobs come through the service here; the proxy slows them to ~0.8 MB/s, so a restore lasts a few
+    # seconds and each kill, made on what is seen in the cache dir, lands at its moment mid-restore.
     with SlowProxy(svc.port, delay=0.02, chunk=16384) as slow:
-        for after in (0.7, 1.0, 1.4, 1.9, 2.5, 3.2):
-            _killed_restore(slow.url, env, after)
+        for moment, seen in MOMENTS:
+            _killed_restore(slow.url, env, cache, moment, seen)
             assert_no_half_file(cache, files)  # whatever was at a final path is whole
             progress.append((len(final_files(cache)), len(temp_files(cache))))
     assert any(0 < n < len(files) for n, _ in progress), f"no kill landed mid-restore: {progress}"
@@ -79,9 +108,9 @@ def test_interrupted_restore_then_torch_compile_hits_the_fx_graph_cache(tmp_path
                                  "--model", "mlp", "--name", NAME, "--restore"],
                                 env=ctr.env(**{**svc.client_env(), "CACHESVC_URL": slow.url}),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(6.0)  # torch imported, restore under way
-        proc.kill()
-        proc.wait()
+        # the restore under way: its first bytes are in a temp file (the header alone is 150 MB)
+        _kill_when(proc, lambda: temp_files(ctr.cache_dir) or temp_files(ctr.tmp), "a temp file of the restore",
+                   timeout=180)
     leftovers = temp_files(ctr.cache_dir) + temp_files(ctr.tmp)
     warm = ctr.run_worker("--model", "mlp", "--name", NAME, "--restore", **svc.client_env())
     report = warm["restore"]

@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 from cachesvc.models import AuditRecord, Event, Version, VersionFile
 from tests.helpers import key, publish, publish_body, put_blob, resolve_params, sha
 
-pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+pytestmark = [pytest.mark.backends("database"),  # merge and verdicts under each database's transactions
+              pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
 
 
 def files_of(app, version_id) -> dict:

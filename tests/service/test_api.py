@@ -1,4 +1,8 @@
-"""The publish / commit / resolve / browse API, on every database x storage backend."""
+"""The publish / commit / resolve / browse API.
+
+The publish, commit and resolve contract (``BACKENDS``) runs on every database x storage backend; what a
+database refuses (``ON_BOTH_DATABASES``: integer ranges, NUL, control characters) on both databases; the
+validation answered before any backend is reached on the default (SQLite, local), as tests/conftest.py says."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,6 +16,7 @@ from sqlalchemy import func, select, update
 from cachesvc.models import Blob, Entry, Token, Version
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
 
+BACKENDS = pytest.mark.backends
 FILES = {"fxgraph/ab/graph1": b"graph" * 100, "ab/cabc.py": b"code" * 300, "ab/cabc.so": b"\x7fELF" + bytes(5000)}
 
 
@@ -20,6 +25,7 @@ def count(app, model) -> int:
         return s.scalar(select(func.count()).select_from(model))
 
 
+@BACKENDS
 def test_publish_then_resolve_returns_every_file_and_fetchable_blobs(client):
     k = key()
     done = publish(client, FILES, k)
@@ -36,6 +42,7 @@ def test_publish_then_resolve_returns_every_file_and_fetchable_blobs(client):
     assert answer["version"]["total_bytes"] == sum(map(len, FILES.values()))
 
 
+@BACKENDS
 def test_zstd_upload_is_stored_compressed_and_served_as_stored(client):
     data = b"abc" * 10000
     body = publish_body({"big": data})
@@ -50,6 +57,7 @@ def test_zstd_upload_is_stored_compressed_and_served_as_stored(client):
     assert zstandard.ZstdDecompressor().decompress(get_blob(client, blob["url"])) == data
 
 
+@BACKENDS
 def test_version_is_invisible_until_every_blob_is_stored(client, app):
     answer = client.post("/api/v1/versions", json=publish_body(FILES)).json
     first = answer["upload"][0]
@@ -63,6 +71,7 @@ def test_version_is_invisible_until_every_blob_is_stored(client, app):
     assert client.get("/api/v1/entries").json["total"] == 0
 
 
+@BACKENDS
 def test_identical_content_creates_no_version_and_uploads_nothing(client, app):
     first = publish(client, FILES)
     again = client.post("/api/v1/versions", json=publish_body(FILES))
@@ -73,6 +82,7 @@ def test_identical_content_creates_no_version_and_uploads_nothing(client, app):
     assert count(app, Version) == 1
 
 
+@BACKENDS
 def test_second_publish_after_one_file_changed_uploads_that_file_alone(client):
     publish(client, FILES)
     changed = dict(FILES, **{"ab/cabc.py": b"new code" * 50})
@@ -81,6 +91,7 @@ def test_second_publish_after_one_file_changed_uploads_that_file_alone(client):
     assert [u["sha256"] for u in answer["upload"]] == [sha(changed["ab/cabc.py"])]
 
 
+@BACKENDS
 def test_a_file_shared_by_two_keys_is_stored_once(client, app):
     publish(client, FILES, key(shape="f32[8,256]"))
     second = publish(client, dict(FILES, extra=b"x" * 10), key(shape="f32[16,256]"))
@@ -89,6 +100,7 @@ def test_a_file_shared_by_two_keys_is_stored_once(client, app):
     assert count(app, Entry) == 2
 
 
+@BACKENDS
 def test_concurrent_publishes_of_the_same_content_commit_one_version(client, app):
     a = client.post("/api/v1/versions", json=publish_body(FILES)).json
     b = client.post("/api/v1/versions", json=publish_body(FILES)).json
@@ -102,6 +114,7 @@ def test_concurrent_publishes_of_the_same_content_commit_one_version(client, app
     assert count(app, Version) == 1
 
 
+@BACKENDS
 def test_commit_after_the_upload_lease_expired_is_refused(client, app):
     answer = client.post("/api/v1/versions", json=publish_body(FILES)).json
     with app.extensions["cachesvc"].db.session() as s:
@@ -111,6 +124,7 @@ def test_commit_after_the_upload_lease_expired_is_refused(client, app):
     assert "lease" in resp.json["error"]["message"]
 
 
+@BACKENDS
 def test_resolve_matches_environment_shape_and_tags_exactly(client):
     k = key(tags={"mode": "default"})
     publish(client, FILES, k)
@@ -121,6 +135,7 @@ def test_resolve_matches_environment_shape_and_tags_exactly(client):
         assert answer["hit"] is False, other
 
 
+@BACKENDS
 def test_resolve_takes_the_newest_version_and_counts_restores(client):
     publish(client, {"a": b"1"})
     newest = publish(client, {"a": b"2"})
@@ -131,6 +146,7 @@ def test_resolve_takes_the_newest_version_and_counts_restores(client):
     assert entry["restore_count"] == 2 and entry["last_restored_at"] is not None and entry["versions"] == 2
 
 
+@BACKENDS
 @pytest.mark.parametrize("field,value", [("name", "bert"), ("shape", "f32[1,1]"), ("torch", "2.12.0"),
                                          ("triton", "3.6.0"), ("cuda", "cuda-12.8"), ("python", "3.12"),
                                          ("device", "NVIDIA H200"), ("arch", "sm_90")])
@@ -144,6 +160,7 @@ def test_entries_filter_on_each_key_field(client, field, value):
     assert row["size"] == 1 and row["versions"] == 1
 
 
+@BACKENDS
 def test_entries_filter_on_tags_and_paginate(client):
     for i in range(5):
         publish(client, {"a": bytes([i])}, key(tags={"mode": "a" if i % 2 else "b"}, shape=f"f32[{i}]"))
@@ -155,6 +172,7 @@ def test_entries_filter_on_tags_and_paginate(client):
     assert client.get("/api/v1/entries/999999").status_code == 404
 
 
+@BACKENDS
 def test_blob_upload_whose_bytes_do_not_match_is_refused_and_nothing_stored(client, app, storage):
     answer = client.post("/api/v1/versions", json=publish_body({"a": b"right"})).json
     digest = answer["upload"][0]["sha256"]
@@ -167,6 +185,7 @@ def test_blob_upload_whose_bytes_do_not_match_is_refused_and_nothing_stored(clie
     assert [k for k in storage.iter_keys("v1/")] == []
 
 
+@BACKENDS
 def test_blob_upload_not_named_by_a_pending_version_is_refused(client, storage):
     resp = client.put(f"/api/v1/blobs/{sha(b'stray')}", data=b"stray")
     assert resp.status_code == 400
@@ -246,7 +265,10 @@ def test_healthz_and_openapi_document(client):
 
 # -- Bad input at every door (issue 5, part 1): what the fuzzer found, and the doors it cannot knock on --
 
-ON_BOTH_DATABASES = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)  # storage plays no part
+
+def ON_BOTH_DATABASES(test):
+    """What a database refuses must be a 4xx on each: SQLite and PostgreSQL, local storage (storage plays no part)."""
+    return pytest.mark.backends("database")(pytest.mark.parametrize("storage_settings", ["local"], indirect=True)(test))
 
 
 def admin_client(app):
@@ -307,7 +329,6 @@ def test_values_the_database_refuses_get_400_not_500(app):
     assert count(app, Token) == 3  # the fixture's three
 
 
-@ON_BOTH_DATABASES
 def test_deeply_nested_json_gets_400_not_500(client):
     # json.loads raised RecursionError, which webargs does not map: a 500.
     for body in ("[" * 100_000, '{"a":' * 100_000):
@@ -315,7 +336,6 @@ def test_deeply_nested_json_gets_400_not_500(client):
                           "nested too deeply")
 
 
-@ON_BOTH_DATABASES
 def test_json_body_sent_as_another_content_type_gets_415_and_changes_nothing(client, app):
     # webargs took a non-JSON body as absent: a commit sent as text/plain went ahead without its
     # `uploaded` list, a purge said "needs a criterion" about a body that had one.
@@ -340,7 +360,6 @@ def test_json_body_sent_as_another_content_type_gets_415_and_changes_nothing(cli
     assert admin.post("/api/v1/admin/gc", data=b"", content_type="text/plain").status_code == 200
 
 
-@ON_BOTH_DATABASES
 def test_oversized_bodies_get_413_json_and_store_nothing(client, app, storage):
     app.extensions["cachesvc"].settings["MAX_REQUEST_BYTES"] = 4096
     big = publish_body({f"f{i:04d}": bytes([i % 256]) for i in range(100)})
@@ -391,13 +410,11 @@ QUERY_TYPES = [
 ]
 
 
-@ON_BOTH_DATABASES
 @pytest.mark.parametrize("path,params,field", QUERY_TYPES, ids=[f"{p}-{f}" for p, _, f in QUERY_TYPES])
 def test_wrong_types_in_query_parameters_get_422_naming_the_parameter(app, path, params, field):
     assert_json_error(admin_client(app).get(path, query_string=params), 422, f"query.{field}")
 
 
-@ON_BOTH_DATABASES
 def test_blob_upload_with_an_unknown_encoding_gets_422_and_stores_nothing(client, app, storage):
     data = b"q" * 10
     client.post("/api/v1/versions", json=publish_body({"q": data}))

@@ -26,6 +26,8 @@ from cachesvc.models import Blob
 from cachesvc.storage import blob_key
 from tests.helpers import ENV, key, put_blob, sha, zstd_bomb
 
+pytestmark = pytest.mark.backends("storage")  # bombs read back from each storage backend
+
 S3 = pytest.mark.parametrize("storage_settings", [pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
 #: what a bounded decode may add to the Python heap (one block and the request's own objects)
 HEAP_BOUND = 48 << 20

@@ -12,7 +12,8 @@ from sqlalchemy import update
 from cachesvc.models import Entry, Version
 from tests.helpers import key, publish, publish_body, resolve_params, sha
 
-pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+pytestmark = [pytest.mark.backends("database"),  # filters, sorts, pages: SQL each database runs its own way
+              pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
 
 FIELDS = ("name", "shape", "torch", "triton", "cuda", "python", "device", "arch")
 

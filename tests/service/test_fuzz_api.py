@@ -19,7 +19,9 @@ Every answer must be below 500, use a status code the document lists, carry
 the documented content type, and conform to the document's schema for it
 (every 2xx has one; every error has the ``Error`` shape, through ``default``).
 Bounded and deterministic for CI: ``derandomize=True``, ``EXAMPLES`` per
-operation and caller on SQLite, half that on PostgreSQL; the 73 tests take about 60 s on a 2-core machine.
+operation and caller on SQLite, half that on PostgreSQL. Marked ``fuzz``: the README's command
+leaves them out (``scripts/test.sh -m fuzz`` runs them), CI runs them (.ci/run).
+test_bad_input.py pins each class of bad input by name in the README's command.
 
 schemathesis' own pytest loader (``schemathesis.pytest.from_fixture``) reads
 ``Node._nodeid``, which pytest 9 removed, so these tests draw schemathesis'
@@ -212,6 +214,7 @@ def _known(seeded, path: str) -> dict:
     return {k: v for k, v in seeded.config["KNOWN"].items() if "{%s}" % k in path}
 
 
+@pytest.mark.fuzz
 @pytest.mark.parametrize("database_url,who,examples", CALLERS, indirect=["database_url"])
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_fuzz_operation(seeded, operation, who, examples):
@@ -233,6 +236,7 @@ def test_fuzz_operation(seeded, operation, who, examples):
     run()
 
 
+@pytest.mark.fuzz
 @pytest.mark.parametrize("database_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
 def test_every_value_of_a_valid_request_swapped_for_a_hostile_one(seeded):

@@ -28,6 +28,8 @@ from cachesvc_client import CacheClient
 from tests.helpers import ENV, key, publish_body, put_blob, sha
 from tests.service.test_packs import FILES, build_pack, publish_packed
 
+pytestmark = pytest.mark.backends  # each storage path x each database's lock
+
 VICTIM = {"graphs/victim.py": b"def forward(x):\n    return x * 2\n" * 4000}
 VICTIM_DIGEST = sha(VICTIM["graphs/victim.py"])
 

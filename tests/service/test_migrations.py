@@ -1,4 +1,7 @@
-"""The Alembic migrations are the schema: they match the models, and the app refuses a schema behind them."""
+"""The Alembic migrations are the schema: they match the models, and the app refuses a schema behind them.
+
+The other tests get copies of one database migrated per run (tests/conftest.py); here the migrations
+run from an empty database, on SQLite and PostgreSQL, as `cachesvc db upgrade` runs them."""
 from __future__ import annotations
 
 import pytest
@@ -12,8 +15,9 @@ from cachesvc import db
 from cachesvc.models import Base
 
 
-def test_migrations_match_the_models(database_url):
-    engine = create_engine(database_url)
+def test_migrations_from_an_empty_database_match_the_models(empty_database_url):
+    db.upgrade(empty_database_url)
+    engine = create_engine(empty_database_url)
     try:
         with engine.connect() as conn:
             diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)

@@ -1,5 +1,6 @@
 """Packs of small blobs: commit verifies them, resolve points into them, old clients get slices, GC keeps or
-deletes them whole, and a database at 0005 upgrades. Every backend and database unless marked."""
+deletes them whole, and a database at 0005 upgrades. On both storage backends (GC on both databases too)
+unless marked."""
 from __future__ import annotations
 
 import datetime as dt
@@ -15,6 +16,8 @@ from cachesvc import db
 from cachesvc.models import Blob, Pack, PendingPack, Version, utcnow
 from cachesvc.storage import pack_key
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
+
+pytestmark = pytest.mark.backends("storage")  # packs stored and ranged on each backend; GC on both axes
 
 LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 
@@ -150,6 +153,7 @@ def test_blobs_already_stored_are_not_packed_again(client, app):
     assert [u["sha256"] for u in answer["upload"]] == [sha(b"new")], "packed blobs count as stored"
 
 
+@pytest.mark.backends  # both axes
 def test_gc_keeps_a_partly_live_pack_whole_and_deletes_a_dead_one(client, app, storage):
     admin = app.test_client()
     admin.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {app.config['TOKENS']['admin']}"

@@ -1,4 +1,5 @@
-"""The live remote-cache API: GET/PUT by Inductor's key, on both storage backends and both databases.
+"""The live remote-cache API: GET/PUT by Inductor's key, on both storage backends (and both databases where rows are
+written: the round trip, replacement and GC).
 
 Issue 15, item 3: a GET serves only bytes that are the value PUT (the object replaced in the blob
 folder or the bucket, loose, in a pack or as several frames: a counted, logged miss; a bomb:
@@ -18,6 +19,8 @@ from cachesvc.models import Blob, RemoteCacheItem
 from cachesvc.storage import blob_key, pack_key
 from tests.helpers import ENV, publish, publish_body, sha
 
+pytestmark = pytest.mark.backends("storage")  # values in storage; tests of its rows (upserts) take both axes
+
 FX_KEY = "pt2:fx-graph-v1::fk3xqz7ab2c:c1"
 URL = f"/api/v1/remote-cache/fx-graph/{FX_KEY}"
 
@@ -26,6 +29,7 @@ def env(**changes) -> dict:
     return {**ENV, **changes}
 
 
+@pytest.mark.backends  # both axes
 def test_put_then_get_round_trips_the_bytes_and_a_miss_is_a_json_404(app, client, storage):
     assert client.get(URL, query_string=env()).status_code == 404
     miss = client.get(URL, query_string=env())
@@ -45,6 +49,7 @@ def test_put_then_get_round_trips_the_bytes_and_a_miss_is_a_json_404(app, client
     assert storage.stat(blob_key(sha(value), "zstd")) == blob.stored_size
 
 
+@pytest.mark.backends  # both axes
 def test_a_second_put_replaces_the_value_and_equal_values_share_one_blob(app, client):
     other = URL.replace("fk3xqz7ab2c", "other")
     for url, value in ((URL, b"one"), (URL, b"two"), (other, b"two")):
@@ -112,6 +117,7 @@ def test_a_chunked_value_beyond_the_limit_is_413_over_real_http(app, live_server
     assert small.status_code == 201 and small.json()["size"] == 30
 
 
+@pytest.mark.backends  # both axes
 def test_gc_keeps_blobs_named_by_items_and_evicts_idle_items(app, client, storage):
     svc = app.extensions["cachesvc"]
     publish(client, {"a": b"published"})

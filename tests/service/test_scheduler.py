@@ -12,7 +12,8 @@ from cachesvc.models import AuditRecord, Blob, Version, utcnow
 from tests.conftest import make_tokens
 from tests.helpers import get_blob, key, publish, resolve_params
 
-pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
+pytestmark = [pytest.mark.backends("database"),  # one round at a time: each database's lock
+              pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
 
 
 def make_app(tmp_path, database_url, storage_settings, **settings):

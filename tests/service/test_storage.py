@@ -23,6 +23,8 @@ from cachesvc.storage import BlobNotFound, StorageError, blob_key, from_url
 from cachesvc.storage.local import LocalStorage
 from cachesvc.storage.s3 import S3Storage
 
+pytestmark = pytest.mark.backends  # the storage contract: the backends are the subject
+
 DIGEST = hashlib.sha256(b"some blob").hexdigest()
 
 

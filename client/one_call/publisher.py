@@ -1,11 +1,11 @@
 """After a miss's first call: publish the snapshot and build, check and publish the precompiled artifact.
 
 The model is exported in the thread that made the first call, right after it
-(route_aoti.export says why not in the background); the rest runs in one
+(export.py says why not in the background); the rest runs in one
 background thread so the process keeps serving: the snapshot is published,
 the package is built from the exported program in a child process (no
 Inductor config patches, fx state or GIL held in this one), then run the way
-a hit runs it, in another fresh child process (route_aoti.verify), and
+a hit runs it, in another fresh child process (verify.py), and
 compared with eager on the example inputs: a package that does not
 reproduce the model, or whose loader crashes, is never published.
 """
@@ -19,8 +19,9 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from . import artifacts, route_aoti
-from .errors import CacheClientError
+from . import build, export, support, verify
+from .. import artifacts
+from ..errors import CacheClientError
 
 log = logging.getLogger("cachesvc_client")
 
@@ -37,11 +38,11 @@ class Publisher:
     def export(self) -> None:
         """Export the model for the package (the aoti route). Never raises: a failure is the artifact's error."""
         c = self.compiled
-        if c.route != "aoti" or route_aoti.support():
+        if c.route != "aoti" or support.support():
             return
         self._work = tempfile.mkdtemp(prefix="cachesvc-compile-")
         try:
-            route_aoti.export(c.model, c.example_inputs, os.path.join(self._work, "exported.pt2"))
+            export.export(c.model, c.example_inputs, os.path.join(self._work, "exported.pt2"))
         except Exception as exc:  # noqa: BLE001 - torch.export refuses many models; the call's result is good
             self._not_exported = f"torch.export failed: {_why(exc)}"
 
@@ -73,21 +74,21 @@ class Publisher:
 
     def _artifact(self) -> Dict[str, Any]:
         c = self.compiled
-        why = route_aoti.support()
+        why = support.support()
         if why:
             return {"skipped": why}
         if self._not_exported or not self._work:
             raise CacheClientError(self._not_exported or "the model was not exported")
-        path = os.path.join(self._work, artifacts.FILENAMES[route_aoti.KIND])
+        path = os.path.join(self._work, artifacts.FILENAMES[support.KIND])
         started = time.monotonic()
-        phases = route_aoti.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode)
+        phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode)
         build_seconds = time.monotonic() - started
         checked = time.monotonic()
-        route_aoti.verify(path, c.model, c.example_inputs, c.device, cuda_graph=c.cuda_graph)
+        verify.verify(path, c.model, c.example_inputs, c.device, cuda_graph=c.cuda_graph)
         check_seconds = time.monotonic() - checked
-        meta = dict(artifacts.artifact_meta(route_aoti.KIND, c.example_inputs, c.device),
-                    **route_aoti.host_meta(c.device), structure=c.tags["structure"])
-        report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path=path, meta=meta,
+        meta = dict(artifacts.artifact_meta(support.KIND, c.example_inputs, c.device),
+                    **support.host_meta(c.device), structure=c.tags["structure"])
+        report = artifacts.publish_file(c.client.api, self.key, support.KIND, path=path, meta=meta,
                                         compile_seconds=build_seconds)
         log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s: %s; checked in %.1f s): %s",
                  c.name, build_seconds, _phase_summary(phases), check_seconds, report.summary())

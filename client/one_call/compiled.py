@@ -1,68 +1,23 @@
-"""``cachesvc_client.compile``: torch.compile that starts as fast as eager when the fleet has compiled before.
-
-    model = cachesvc_client.compile(model, (x,), name="ranker")   # in place of torch.compile(model)
-    with torch.no_grad():
-        y = model(x)
-    model.wait_published()                                          # a build job: wait for the publish
-
-A hit: the key (name, the inputs' shape signature, mode, the model's structure
-fingerprint, torch.compile's options, and the environment: torch, Triton, CUDA,
-GPU) has a precompiled artifact; it is fetched and loaded without Dynamo or
-Inductor (route_aoti.py: an AOTInductor package run on the live weights).
-A call that does not match what it was built for (compile_spec.py) goes to
-``torch.compile(model, mode=mode, **kwargs)``, with one log line naming why.
-A miss: the key's directory snapshot is restored (if any) and torch.compile
-compiles; with a write token the snapshot and the precompiled artifact are
-published after the first call, in a background thread (``wait_published``).
-"""
+"""``CompiledModel``: what ``compile()`` returns; a hit's runner, else torch.compile, and the publish after a miss."""
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional
 
-from . import compile_publish, compile_spec, route_aoti
-from .errors import CacheClientError
-from .fingerprint import shape_signature
+from . import publisher as publisher_mod, spec as spec_mod, support
+from .runner import Runner, live_constants
+from ..errors import CacheClientError
+from ..fingerprint import shape_signature
 
 log = logging.getLogger("cachesvc_client")
-ROUTE_VAR = "CACHESVC_COMPILE_ROUTE"  # aoti | torch: force a route (benchmarks, debugging)
-ROUTES = ("aoti", "torch")
-
-
-def compile(model: Any, example_inputs: Sequence[Any], *, name: str, mode: Optional[str] = None,  # noqa: A001
-            client: Any = None, tags: Optional[Mapping[str, str]] = None, publish: Optional[bool] = None,
-            **torch_compile_kwargs: Any) -> "CompiledModel":
-    """Return a callable that behaves like ``torch.compile(model, mode=mode, **torch_compile_kwargs)``.
-
-    ``client``: a CacheClient (default: ``CacheClient()``, from ``$CACHESVC_URL`` and ``$CACHESVC_TOKEN``).
-    ``publish``: publish after a miss's first call (default: when the client has a token).
-    ``tags`` are added to the key. Never raises for cache trouble: the model then compiles as usual.
-    """
-    return CompiledModel(model, tuple(example_inputs), name=name, mode=mode, client=client, tags=tags,
-                         publish=publish, torch_compile_kwargs=torch_compile_kwargs)
 
 
 def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> "tuple[str, str]":
-    """(route, why): the best route this torch offers for these inputs and options."""
-    forced = os.environ.get(ROUTE_VAR, "").strip()
-    if forced:
-        if forced not in ROUTES:
-            raise CacheClientError(f"{ROUTE_VAR}={forced!r}: use one of {', '.join(ROUTES)}", code="invalid_request")
-        return forced, f"{ROUTE_VAR}={forced}"
-    backend = kwargs.get("backend", "inductor")
-    if backend != "inductor":
-        return "torch", f"backend {backend!r} (the precompiled route is Inductor's)"
-    why = compile_spec.tensor_inputs(example_inputs) or route_aoti.loader_support()
-    return ("torch", why) if why else ("aoti", "AOTInductor package + C++ loader")
 
 
 class CompiledModel:
@@ -72,7 +27,7 @@ class CompiledModel:
                  tags: Optional[Mapping[str, str]], publish: Optional[bool], torch_compile_kwargs: Dict[str, Any]):
         import torch
 
-        from .client import CacheClient
+        from ..client import CacheClient
 
         self.model, self.example_inputs, self.name, self.mode = model, example_inputs, name, mode
         self.kwargs = torch_compile_kwargs
@@ -80,22 +35,22 @@ class CompiledModel:
         self.device = str(example_inputs[0].device) if example_inputs and isinstance(
             example_inputs[0], torch.Tensor) else "cpu"
         self.shape = shape_signature(*example_inputs)
-        self.route, self.route_reason = choose_route(example_inputs, torch_compile_kwargs)
-        #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (aoti_graph.py)
-        self.cuda_graph = route_aoti.wants_cuda_graph(mode, self.device)
+        self.route, self.route_reason = support.choose_route(example_inputs, torch_compile_kwargs)
+        #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
+        self.cuda_graph = support.wants_cuda_graph(mode, self.device)
         self.tags = {**dict(tags or {}), "mode": mode or "default", "compile": self.route,
-                     "structure": compile_spec.structure_fingerprint(model),
+                     "structure": spec_mod.structure_fingerprint(model),
                      "options": _options_digest(mode, torch_compile_kwargs)}
-        self.spec = compile_spec.InputSpec(example_inputs, bool(model.training))
+        self.spec = spec_mod.InputSpec(example_inputs, bool(model.training))
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds = 0.0
-        self._runner: Optional[route_aoti.Runner] = None
+        self._runner: Optional[Runner] = None
         self._compiled: Any = None
         self._logged: set = set()
         #: calls served by the precompiled artifact / by torch.compile
         self.calls = {"artifact": 0, "torch.compile": 0}
         self._publish = bool(self.client.token) if publish is None else publish
-        self._publisher: Optional[compile_publish.Publisher] = None
+        self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
         if self.route == "aoti":
             self._try_artifact()
@@ -106,15 +61,15 @@ class CompiledModel:
 
     def _try_artifact(self) -> None:
         started = time.monotonic()
-        report = self.client.restore(self.name, self.shape, self.tags, kind=route_aoti.KIND)
+        report = self.client.restore(self.name, self.shape, self.tags, kind=support.KIND)
         self.report = report
         if not report.hit:
             self.miss_reason = report.reason or "no published artifact for this key"
             return
-        why = route_aoti.check_host(report.meta, self.device)
+        why = support.check_host(report.meta, self.device)
         if why is None:
             try:
-                self._runner = route_aoti.Runner(report.artifacts[0], route_aoti.live_constants(self.model),
+                self._runner = Runner(report.artifacts[0], live_constants(self.model),
                                                  self.device, cuda_graph=self.cuda_graph)
             except CacheClientError as exc:
                 why = exc.message
@@ -140,7 +95,7 @@ class CompiledModel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         runner = self._runner
         if runner is not None:
-            why = self.spec.mismatch(args, kwargs, self.model) or compile_spec.grad_wanted(args, self.model)
+            why = self.spec.mismatch(args, kwargs, self.model) or spec_mod.grad_wanted(args, self.model)
             if why is None:
                 self.calls["artifact"] += 1
                 return runner(*args)
@@ -180,7 +135,7 @@ class CompiledModel:
         except Exception as exc:  # noqa: BLE001 - e.g. a bad env file: the call's result is still good
             log.warning("cachesvc compile %s: not publishing: %s", self.name, exc)
             return
-        self._publisher = compile_publish.Publisher(self, key)
+        self._publisher = publisher_mod.Publisher(self, key)
         # the export here, in the thread that made the first call, not in the background beside later calls
         self._publisher.export()
         self._publisher.start()

@@ -19,6 +19,8 @@ The steps, one module each:
 
     support.py    can this torch and host take the package route (choose_route, check_host)
     spec.py       what a call must match to be served by the package; the structure fingerprint
+    identity.py   the code and the non-tensor configuration the key also covers
+    binding.py    the live tensors a hit runs on; replaced ones are seen and rebound
     compiled.py   CompiledModel: a hit's runner, else torch.compile; the publish after a miss
     publisher.py  after a miss: export -> build -> verify -> publish, in a background thread
     export.py     torch.export of a copy of the model, in the serving thread
@@ -41,12 +43,17 @@ __all__ = ["CompiledModel", "ROUTES", "ROUTE_VAR", "choose_route", "compile"]
 
 def compile(model: Any, example_inputs: Sequence[Any], *, name: str, mode: Optional[str] = None,  # noqa: A001
             client: Any = None, tags: Optional[Mapping[str, str]] = None, publish: Optional[bool] = None,
-            **torch_compile_kwargs: Any) -> CompiledModel:
+            verify: bool = False, require_hit: Optional[bool] = None, **torch_compile_kwargs: Any) -> CompiledModel:
     """Return a callable that behaves like ``torch.compile(model, mode=mode, **torch_compile_kwargs)``.
 
     ``client``: a CacheClient (default: ``CacheClient()``, from ``$CACHESVC_URL`` and ``$CACHESVC_TOKEN``).
     ``publish``: publish after a miss's first call (default: when the client has a token).
-    ``tags`` are added to the key. Never raises for cache trouble: the model then compiles as usual.
+    ``tags`` are added to the key. ``verify``: a hit's first call also runs eager and compares (one
+    eager forward; a difference beyond the publish check's tolerance sends it to torch.compile).
+    ``require_hit`` (default ``$CACHESVC_REQUIRE_HIT``: 1, true, yes): a miss, or a fall-back to
+    torch.compile on the declared inputs, raises CacheClientError (code ``miss``) naming why.
+    Otherwise never raises for cache trouble: the model then compiles as usual.
     """
     return CompiledModel(model, tuple(example_inputs), name=name, mode=mode, client=client, tags=tags,
-                         publish=publish, torch_compile_kwargs=torch_compile_kwargs)
+                         publish=publish, torch_compile_kwargs=torch_compile_kwargs, verify=verify,
+                         require_hit=require_hit)

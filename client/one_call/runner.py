@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .binding import live_constants  # noqa: F401 - the runner's constants, by name (verify, bench)
 from ..artifacts import LoadFailed
 
 log = logging.getLogger("cachesvc_client")
-
-
-def live_constants(model: Any) -> Dict[str, Any]:
-    """The model's parameters and buffers by fully qualified name (what the package's constants are called)."""
-    return {name: t.detach() for name, t in (*model.named_parameters(), *model.named_buffers())}
 
 
 class Runner:
@@ -43,6 +39,7 @@ class Runner:
             if missing:
                 raise LoadFailed(f"the package wants constants the model lacks: {missing[:3]}")
             # user_managed: the package reads the model's own tensors, no copy (in-place updates are seen)
+            self._fqns = fqns
             self._loader.load_constants({f: constants[f] for f in fqns}, False, True, True)
             self._out_spec = pytree.treespec_loads(self._loader.get_call_spec()[1])
         except LoadFailed:
@@ -54,6 +51,15 @@ class Runner:
         self._graphed: Optional[Callable] = None
         self.capture_seconds: Optional[float] = None
         self.capture_error = ""
+
+    def rebind(self, constants: Mapping[str, Any]) -> None:
+        """Point the package at other tensors of the same layouts (binding.py decides): the model's
+        replaced parameters. A CUDA graph captured on the old ones is captured again at the next call."""
+        try:
+            self._loader.load_constants({f: constants[f] for f in self._fqns}, False, True, True)
+        except Exception as exc:  # noqa: BLE001 - as in __init__: the caller falls back to torch.compile
+            raise LoadFailed(f"the package could not be rebound: {type(exc).__name__}: {exc}") from exc
+        self._graphed = None
 
     def __call__(self, *args: Any) -> Any:
         if self.cuda_graph:

@@ -19,6 +19,16 @@ LOADER_API = ("run", "load_constants", "get_constant_fqns", "get_call_spec")
 CONSTANTS = "live"
 ROUTE_VAR = "CACHESVC_COMPILE_ROUTE"  # aoti | torch: force a route (benchmarks, debugging)
 ROUTES = ("aoti", "torch")
+#: a miss or a fall-back to torch.compile on the declared inputs is an error (CacheClient.restore shares it)
+REQUIRE_HIT_VAR = "CACHESVC_REQUIRE_HIT"
+TRUTHY = ("1", "true", "yes")
+
+
+def require_hit(given: Optional[bool]) -> bool:
+    """``compile(require_hit=...)`` when given, else ``$CACHESVC_REQUIRE_HIT`` (1, true or yes: on)."""
+    if given is not None:
+        return bool(given)
+    return os.environ.get(REQUIRE_HIT_VAR, "").strip().lower() in TRUTHY
 
 
 def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> Tuple[str, str]:

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from .build import last_line
 from .runner import live_constants
@@ -50,6 +50,22 @@ def close(got: Any, want: Any, device: str) -> None:
     tol = tolerance(want.dtype, device)
     scale = max(1.0, float(want.abs().max())) if want.numel() and want.is_floating_point() else 1.0
     torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale)
+
+
+def differs(got: Any, want: Any, device: str) -> Optional[str]:
+    """None when ``got`` (a package's output) is within ``close`` of ``want`` (eager's), leaf by leaf;
+    else what differs, in one line (compiled.py: ``verify=True``'s first-call check)."""
+    from torch.utils import _pytree as pytree
+
+    got_leaves, want_leaves = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    if len(got_leaves) != len(want_leaves):
+        return f"{len(got_leaves)} outputs, eager {len(want_leaves)}"
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+        try:
+            close(g, w, device) if hasattr(w, "dtype") else None
+        except AssertionError as exc:
+            return f"output {i}: " + " ".join(str(exc).split())[:300]
+    return None
 
 
 def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *, cuda_graph: bool = False,

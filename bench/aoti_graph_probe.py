@@ -3,8 +3,8 @@
     python bench/aoti_graph_probe.py --models resnet50 --out probe.jsonl
 
 Builds the one call's weightless package for each model the way the
-publisher does (route_aoti.export, then route_aoti.build in a child), then,
-in this process, on weights scaled the way route_aoti.verify scales them:
+publisher does (one_call.export, then one_call.build in a child), then,
+in this process, on weights scaled the way one_call.verify scales them:
 eager (TF32 as the process has it), eager in full float32 precision (TF32
 off: the size of TF32's own noise), the package run directly, and the
 package replayed from a CUDA graph captured on the same weights and on
@@ -28,19 +28,19 @@ def probe(model_name: str, work: str) -> dict:
     import torch
 
     from bench.aoti_gpu_probe import _step_ms
-    from cachesvc_client import route_aoti
-    from cachesvc_client.aoti_child import capture_on_other_weights
+    from cachesvc_client.one_call import build as package_build, export, runner, verify
+    from cachesvc_client.one_call.child import capture_on_other_weights
     from demo.models import build
 
     model, inputs = build(model_name, "cuda")
     exported, package = f"{work}/{model_name}.exported.pt2", f"{work}/{model_name}.pt2"
     t = time.perf_counter()
-    route_aoti.export(model, inputs, exported)
-    route_aoti.build(exported, package, mode=None)
+    export.export(model, inputs, exported)
+    package_build.build(exported, package, mode=None)
     row = {"model": model_name, "build_s": round(time.perf_counter() - t, 1)}
     twin = copy.deepcopy(model)
-    route_aoti._perturb(twin)
-    constants = route_aoti.live_constants(twin)
+    verify.perturb(twin)
+    constants = runner.live_constants(twin)
     with torch.no_grad():
         want = twin(*inputs)
         cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
@@ -48,15 +48,15 @@ def probe(model_name: str, work: str) -> dict:
         exact = twin(*inputs)
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
         row.update(scale=want.abs().max().item(), eager_vs_fp32=(want - exact).abs().max().item())
-        direct = route_aoti.Runner(package, constants, "cuda")
+        direct = runner.Runner(package, constants, "cuda")
         got = direct(*inputs)
         row.update(direct=(got - want).abs().max().item(), direct_vs_fp32=(got - exact).abs().max().item(),
                    direct_ms=_step_ms(torch, direct, inputs, warm=3))
-        graphed = route_aoti.Runner(package, constants, "cuda", cuda_graph=True)
+        graphed = runner.Runner(package, constants, "cuda", cuda_graph=True)
         got = graphed(*inputs)
         row.update(graph=(got - want).abs().max().item(), capture_s=graphed.capture_seconds,
                    capture_error=graphed.capture_error, graph_ms=_step_ms(torch, graphed, inputs, warm=3))
-        halved = route_aoti.Runner(package, constants, "cuda", cuda_graph=True)
+        halved = runner.Runner(package, constants, "cuda", cuda_graph=True)
         capture_on_other_weights(halved, constants, inputs)  # as the publish check does
         got = halved(*inputs)
         row.update(graph_restored=(got - want).abs().max().item())

@@ -35,8 +35,9 @@ _PUBLIC: Dict[str, str] = {
     "CacheClientError": "errors",
     "CompiledModel": "one_call",
     "HitRequired": "errors",
-    # the function lives in one_call, not in a module named compile: importing a submodule sets the
+    # the function is one_call's door, not a module named compile: importing a submodule sets the
     # package's attribute of that name, and cachesvc_client.compile would then be the module
+    # (so neither package has a submodule named compile)
     "compile": "one_call",
     "PublishReport": "report",
     "RestoreReport": "report",

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from . import aoti_cxx, keys, publish as publish_mod, roots as roots_mod, signing
+from . import keys, publish as publish_mod, roots as roots_mod, signing
 from .errors import CacheClientError
 from .fingerprint import shape_signature
 from .report import PublishReport, RestoreReport
@@ -161,16 +161,19 @@ def precompile_package(model: Any, example_inputs: Sequence[Any], path: str) -> 
     """torch.export ``model`` for ``example_inputs`` and build an AOTInductor package at ``path`` (weights inside).
 
     ``path`` must end in ``.pt2`` (AOTInductor's rule). Returns the path. The wrapper is linked with its
-    own C++ runtime where the compiler can (aoti_cxx says why: otherwise a compiler newer than the
+    own C++ runtime where the compiler can (one_call/cxx.py says why: otherwise a compiler newer than the
     loading process's libstdc++ makes the loader crash); elsewhere it is built as Inductor builds it.
     """
     require("pt2-package")
     import torch
     import torch._inductor.config as inductor_config
 
+    # here, not at the top: the one call's package imports this module (LoadFailed) as it starts
+    from .one_call.cxx import inductor_options, self_contained_compiler
+
     exported = torch.export.export(model, tuple(example_inputs))
-    with aoti_cxx.self_contained_compiler() as (cxx, why_not):
-        with inductor_config.patch(aoti_cxx.inductor_options(cxx)):
+    with self_contained_compiler() as (cxx, why_not):
+        with inductor_config.patch(inductor_options(cxx)):
             return torch._inductor.aoti_compile_and_package(exported, package_path=path)
 
 

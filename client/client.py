@@ -281,7 +281,7 @@ class CacheClient:
         return verdict
 
     def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
-                      strict: bool = False) -> "Future[RestoreReport]":
+                      strict: bool = False, require_hit: Optional[bool] = None) -> "Future[RestoreReport]":
         """``restore()`` in a background thread, so it overlaps ``import torch`` and building the model.
 
         Call it before importing torch: the key's environment comes from files
@@ -296,7 +296,7 @@ class CacheClient:
 
         def run() -> None:
             try:
-                future.set_result(self.restore(name, shape, tags, strict=strict, env=env))
+                future.set_result(self.restore(name, shape, tags, strict=strict, env=env, require_hit=require_hit))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                 future.set_exception(exc)
 

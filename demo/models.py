@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 
-MODELS = "mlp, mlp-b<N>, mlp-wide, encoder, encoder6, resnet50, vit_b_16"
+MODELS = "mlp, mlp-b<N>, mlp-wide, tiny, encoder, encoder6, resnet50, vit_b_16"
 
 
 def input_dims(name: str) -> tuple:
     """The example input's dimensions for ``name`` (one float32 tensor), known without torch."""
-    dims = {"mlp": (8, 256), "mlp-wide": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224)}
+    dims = {"mlp": (8, 256), "tiny": (8, 64), "mlp-wide": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224)}
     if name.startswith("mlp-b") and name[5:].isdigit():
         return (int(name[5:]), 256)
     if name not in dims:
@@ -37,6 +37,8 @@ def build(name: str, device: str = "cpu"):
         model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     elif name == "mlp-wide":  # the mlp with a wider hidden layer: same inputs, another structure
         model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10))
+    elif name == "tiny":  # a custom module, from $DEMO_MODEL_DIR/tinynet.py (tests write versions of its code)
+        model = _tinynet().Tiny()
     elif name == "encoder":
         layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True, dropout=0.0)
         model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
@@ -48,3 +50,18 @@ def build(name: str, device: str = "cpu"):
 
         model = getattr(torchvision.models, name)(weights=None)
     return model.to(device).eval(), (torch.randn(*dims).to(device),)
+
+
+def _tinynet():
+    """Import ``tinynet`` from ``$DEMO_MODEL_DIR`` (a deploy's model code: tests change it between runs)."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.environ["DEMO_MODEL_DIR"], "tinynet.py")
+    spec = importlib.util.spec_from_file_location("tinynet", path)
+    module = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules["tinynet"] = module
+    spec.loader.exec_module(module)
+    return module

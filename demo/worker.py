@@ -73,6 +73,22 @@ def _steps(call, inputs, n: int, device: str) -> float:
     return statistics.median(times)
 
 
+def _replaced(how: str, model, call, inputs) -> float:
+    """Replace every parameter of ``model`` by a 1.5x copy (``how``), call ``call`` again; its distance from eager."""
+    import torch
+
+    with torch.no_grad():
+        if how == "assign":
+            model.load_state_dict({k: v * 1.5 for k, v in model.state_dict().items()}, assign=True)
+        for module in model.modules():
+            for pname, param in list(module._parameters.items()):
+                if how == "data":
+                    param.data = param.detach() * 1.5
+                elif how == "param":
+                    setattr(module, pname, torch.nn.Parameter(param.detach() * 1.5, requires_grad=param.requires_grad))
+        return float((call(*inputs) - model(*inputs)).abs().max())
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mlp")
@@ -103,6 +119,16 @@ def main() -> None:
     p.add_argument("--one-call", action="store_true",
                    help="cachesvc_client.compile(model, inputs, name=...) in place of torch.compile: loads the "
                         "published precompiled artifact, else compiles (and with --publish publishes after the call)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="with --one-call --publish: exit right after RESULT, without wait_published() (a short-lived "
+                        "process; the publish is finished at exit)")
+    p.add_argument("--warm-batch", type=int, default=0, metavar="N",
+                   help="with --one-call: before the timed first call, call once with batch N (a builder that "
+                        "served another batch size first: its snapshot holds that graph too)")
+    p.add_argument("--replace-weights", choices=("assign", "data", "param"), default=None,
+                   help="after the first call, replace every parameter (load_state_dict(assign=True), .data =, or "
+                        "a new nn.Parameter) by 1.5x copies, call again and compare with eager")
+    p.add_argument("--verify-first", action="store_true", help="with --one-call: compile(..., verify=True)")
     p.add_argument("--eager", action="store_true", help="no compile: the model itself (the eager baseline)")
     p.add_argument("--steps", type=int, default=0, help="after the first call: time this many calls (steady state)")
     p.add_argument("--also-batch", type=int, default=0, metavar="N",
@@ -174,7 +200,11 @@ def main() -> None:
         elif args.one_call:
             import cachesvc_client
 
-            call = cachesvc_client.compile(model, inputs, name=name, mode=mode, client=client, publish=args.publish)
+            checked = {"verify": True} if args.verify_first else {}  # only when asked: an older client lacks it
+            call = cachesvc_client.compile(model, inputs, name=name, mode=mode, client=client, publish=args.publish,
+                                           **checked)
+            if args.warm_batch:
+                call(torch.randn(args.warm_batch, *inputs[0].shape[1:], device=inputs[0].device))
         elif precompiled:
             call, out["precompiled"] = _precompiled(args.kind, model, inputs, report, artifact)
         else:
@@ -193,10 +223,19 @@ def main() -> None:
     if args.also_batch:
         with torch.no_grad():
             other = torch.randn(args.also_batch, *inputs[0].shape[1:], device=inputs[0].device)
-            out["also_batch_max_abs_diff"] = float((call(other) - model(other)).abs().max())
+            t = time.perf_counter()
+            got = call(other)
+            out["also_batch_s"] = time.perf_counter() - t  # the off-spec call: torch.compile, cold or from the cache
+            out["also_batch_max_abs_diff"] = float((got - model(other)).abs().max())
+    if args.replace_weights:
+        out["replaced_max_abs_diff"] = _replaced(args.replace_weights, model, call, inputs)
     if args.one_call:
         out["compile"] = {"calls": dict(call.calls), "route": call.route, "source": call.source, "miss_reason": call.miss_reason,
-                          "load_s": call.load_seconds, "cuda_graph": call.cuda_graph, "capture_s": call.capture_seconds}
+                          "load_s": call.load_seconds, "cuda_graph": call.cuda_graph, "capture_s": call.capture_seconds,
+                          "why": getattr(call.calls, "why", None), "causes": getattr(call.calls, "causes", None),
+                          "verify_s": getattr(call, "verify_seconds", None),
+                          "snapshot_wait_s": getattr(call, "snapshot_wait_seconds", None),
+                          "tags": call.tags, "report_warnings": call.report.warnings if call.report else []}
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}
@@ -218,7 +257,7 @@ def main() -> None:
     if args.publish:
         t = time.perf_counter()
         if args.one_call:
-            published = call.wait_published()
+            published = None if args.no_wait else call.wait_published()
             out["publish"] = published
         elif args.kind == "mega-cache":
             published = client.publish_mega_cache(name, shape, tags)

@@ -1,4 +1,4 @@
-"""The compiler a package's wrapper is built with carries its own C++ runtime, hidden (client/aoti_cxx.py).
+"""The compiler a package's wrapper is built with carries its own C++ runtime, hidden (client/one_call/cxx.py).
 
 A package whose wrapper used the process's libstdc++ died of SIGSEGV at load
 on the H200 machine, whose compiler was newer than that runtime (docs/gpu.md,
@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from cachesvc_client import aoti_cxx, route_aoti
+from cachesvc_client.one_call import build as package_build, cxx as aoti_cxx, export, support
 from cachesvc_client.artifacts import LoadFailed
 
 torch = pytest.importorskip("torch")
@@ -106,14 +106,14 @@ def test_without_a_static_runtime_no_package_is_built_and_the_error_says_what_to
     with aoti_cxx.self_contained_compiler() as (cxx, why):
         assert cxx is None and "libstdc++.a" in why and "install" in why
     work = compiler_without_static_runtime.parent
-    route_aoti.export(torch.nn.Linear(4, 2), (torch.randn(1, 4),), str(work / "exported.pt2"))
+    export.export(torch.nn.Linear(4, 2), (torch.randn(1, 4),), str(work / "exported.pt2"))
     with pytest.raises(LoadFailed, match="no self-contained package can be built here: .*libstdc"):
-        route_aoti.build(str(work / "exported.pt2"), str(work / "m.pt2"), mode=None)  # the child's reason
+        package_build.build(str(work / "exported.pt2"), str(work / "m.pt2"), mode=None)  # the child's reason
     assert not (work / "m.pt2").exists()
 
 
 def test_a_package_whose_wrapper_uses_the_builders_runtime_is_refused_before_loading():
-    meta = {**route_aoti.host_meta("cpu"), "torch": torch.__version__}
-    assert route_aoti.check_host(meta, "cpu") is None
+    meta = {**support.host_meta("cpu"), "torch": torch.__version__}
+    assert support.check_host(meta, "cpu") is None
     old = {k: v for k, v in meta.items() if k != "cxx_runtime"}  # what the client before this fix published
-    assert "C++ runtime" in route_aoti.check_host(old, "cpu")
+    assert "C++ runtime" in support.check_host(old, "cpu")

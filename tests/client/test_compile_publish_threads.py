@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cachesvc_client  # noqa: E402
-from cachesvc_client import route_aoti  # noqa: E402
+from cachesvc_client.one_call import support  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 from tests.client.test_artifacts import one_backend  # noqa: E402
 from tests.client.test_publish_restore import client_for, enter_container  # noqa: E402
@@ -29,8 +29,8 @@ pytestmark = [*INDUCTOR_IN_PROCESS_MARKS, pytest.mark.usefixtures("restore_recur
 @one_backend  # where the work runs does not depend on the service's backends
 def test_a_miss_exports_in_the_calling_thread_and_builds_the_package_in_a_child(live_server, tmp_path,
                                                                                 monkeypatch):
-    if route_aoti.support():
-        pytest.skip(route_aoti.support())
+    if support.support():
+        pytest.skip(support.support())
     enter_container(monkeypatch, tmp_path / "a")
     exporters, in_process_builds = [], []
     real_export, real_package = torch.export.export, torch._inductor.aoti_compile_and_package

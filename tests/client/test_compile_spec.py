@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cachesvc_client import compile_spec  # noqa: E402
+from cachesvc_client.one_call import spec as compile_spec  # noqa: E402
 from cachesvc_client.one_call import choose_route  # noqa: E402
 from cachesvc_client.errors import CacheClientError  # noqa: E402
 
@@ -60,7 +60,7 @@ def test_the_route_is_aoti_for_tensors_and_inductor_else_torch(monkeypatch):
 
 
 def test_reduce_overhead_replays_the_package_from_a_cuda_graph_on_a_gpu_only():
-    from cachesvc_client.route_aoti import wants_cuda_graph
+    from cachesvc_client.one_call.support import wants_cuda_graph
 
     x = torch.randn(2, 8)
     assert choose_route((x,), {})[0] == "aoti"  # every mode takes the package; reduce-overhead adds a graph
@@ -86,7 +86,7 @@ def test_compile_stays_the_function_whichever_submodule_was_imported_first():
     import subprocess
     import sys
 
-    code = ("import cachesvc_client.one_call, cachesvc_client.compile_publish, cachesvc_client.compile_spec, "
+    code = ("import cachesvc_client.one_call, cachesvc_client.one_call.publisher, cachesvc_client.one_call.spec, "
             "cachesvc_client; f = cachesvc_client.compile; "
             "assert callable(f) and f.__module__ == 'cachesvc_client.one_call', f")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

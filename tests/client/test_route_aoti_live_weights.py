@@ -1,4 +1,4 @@
-"""A hit's package runs on the process's own weights, every one of them (route_aoti).
+"""A hit's package runs on the process's own weights, every one of them (client/one_call/runner.py).
 
 A weightless package gets the live model's tensors through load_constants.
 Inductor inlines small tensors into the kernels' code unless told not to: a
@@ -13,7 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cachesvc_client import route_aoti  # noqa: E402
+from cachesvc_client.one_call import build, export, support, verify  # noqa: E402
+from cachesvc_client.one_call.runner import Runner, live_constants  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 from cachesvc_client.artifacts import LoadFailed  # noqa: E402
 
@@ -32,26 +33,26 @@ def x():
 
 
 def test_a_package_runs_on_the_live_weights_small_bias_included(tmp_path, x):
-    if route_aoti.support():
-        pytest.skip(route_aoti.support())
-    route_aoti.export(small(0), (x,), str(tmp_path / "exported.pt2"))
-    phases = route_aoti.build(str(tmp_path / "exported.pt2"), str(tmp_path / "model.pt2"), mode=None)
+    if support.support():
+        pytest.skip(support.support())
+    export.export(small(0), (x,), str(tmp_path / "exported.pt2"))
+    phases = build.build(str(tmp_path / "exported.pt2"), str(tmp_path / "model.pt2"), mode=None)
     # where the build's seconds went, from the child: the whole and Inductor's timers inside it
     assert phases["imports"] > 0 and phases["package"] > 0
     assert 0 < phases["codegen"] <= phases["package"] and 0 < phases["wrapper_compile"] <= phases["package"]
     assert "precompiled_header" not in phases  # 16 s of a 40 s build, for two compiles: off
     other = small(7)
-    runner = route_aoti.Runner(str(tmp_path / "model.pt2"), route_aoti.live_constants(other), "cpu")
+    runner = Runner(str(tmp_path / "model.pt2"), live_constants(other), "cpu")
     with torch.no_grad():
         torch.testing.assert_close(runner(x), other(x))
         other[0].bias.add_(1.0)  # an in-place update after loading is seen too
         torch.testing.assert_close(runner(x), other(x))
-    route_aoti.verify(str(tmp_path / "model.pt2"), small(0), (x,), "cpu")  # and it passes the check
+    verify.verify(str(tmp_path / "model.pt2"), small(0), (x,), "cpu")  # and it passes the check
 
 
 def test_the_check_refuses_a_package_that_kept_the_builders_values(tmp_path, x):
-    if route_aoti.support():
-        pytest.skip(route_aoti.support())
+    if support.support():
+        pytest.skip(support.support())
     import torch._inductor.config as inductor_config
 
     model = small(0)
@@ -60,7 +61,7 @@ def test_the_check_refuses_a_package_that_kept_the_builders_values(tmp_path, x):
         path = torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)),
                                                          package_path=str(tmp_path / "inlined.pt2"))
     with pytest.raises(LoadFailed, match="does not reproduce eager on weights it was not built with"):
-        route_aoti.verify(path, model, (x,), "cpu")
+        verify.verify(path, model, (x,), "cpu")
 
 
 @pytest.mark.parametrize("stdout, phases", [
@@ -74,4 +75,4 @@ def test_the_check_refuses_a_package_that_kept_the_builders_values(tmp_path, x):
     ('{"other": 1}\n', {}),
 ])
 def test_the_build_phases_are_read_from_the_childs_last_line_or_left_out(stdout, phases):
-    assert route_aoti._phases(stdout) == phases
+    assert build._phases(stdout) == phases

@@ -1,4 +1,4 @@
-"""How close a package must be to eager before it is published (route_aoti.close).
+"""How close a package must be to eager before it is published (one_call/verify.py: close).
 
 On the H200 the publish check's perturbed weights made ResNet-50's outputs
 reach 5128; eager's own TF32 noise was 3.19 and the package 1.28 from eager
@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cachesvc_client.route_aoti import close  # noqa: E402
+from cachesvc_client.one_call.verify import close  # noqa: E402
 
 
 def logits(scale: float) -> torch.Tensor:

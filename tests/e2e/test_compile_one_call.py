@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from cachesvc_client import route_aoti
+from cachesvc_client.one_call import support
 from demo.containers import Container
 from demo.service import ServiceProcess
 
@@ -25,9 +25,9 @@ TOL = 1e-4
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
     """A service and a container that compiled the mlp through the one call and published it."""
-    import torch  # noqa: F401 - route_aoti reads torch's API
+    import torch  # noqa: F401 - support reads torch's API
 
-    why = route_aoti.support()
+    why = support.support()
     if why:
         pytest.skip(why)
     base = tmp_path_factory.mktemp("one-call")

@@ -10,7 +10,7 @@ and cache dir) uses the one call; a fresh container runs eager. The restarted
 one must load the package (no package built and published is a failure, naming
 why), import neither Dynamo nor Inductor before its first output, and equal eager. A model named
 ``name@reduce-overhead`` runs in that mode: the restart must replay the
-package from a CUDA graph (aoti_graph.py), which its first call captures. Timings and ratios go to
+package from a CUDA graph (client/one_call/graph.py), which its first call captures. Timings and ratios go to
 $CACHESVC_GPU_RESULTS (JSON lines) when set; no timing is asserted.
 """
 from __future__ import annotations

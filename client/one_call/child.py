@@ -1,12 +1,12 @@
-"""The AOTInductor route's child processes (route_aoti): build a package, or run one once.
+"""The AOTInductor route's child processes (build.py, verify.py): build a package, or run one once.
 
-    python -m cachesvc_client.aoti_child build EXPORTED PACKAGE MODE
-    python -m cachesvc_client.aoti_child check PACKAGE GIVEN BACK DEVICE [graph]
+    python -m cachesvc_client.one_call.child build EXPORTED PACKAGE MODE
+    python -m cachesvc_client.one_call.child check PACKAGE GIVEN BACK DEVICE [graph]
 
-``build``: EXPORTED is the program route_aoti.export saved; the weightless
+``build``: EXPORTED is the program export.py saved; the weightless
 package is built at PACKAGE with the self-contained compiler, and the last
 stdout line says where the seconds went. ``check``:
-route_aoti.verify runs it before a package is published: GIVEN (torch.save
+verify.py runs it before a package is published: GIVEN (torch.save
 of {"constants": {fqn: tensor}, "inputs": [tensor]}) is loaded, the package
 is opened the way a hit opens it, run once, and its outputs are saved to
 BACK. With ``graph`` the run is captured into a CUDA graph first, on other
@@ -39,7 +39,7 @@ def check(package: str, given: str, back: str, device: str, graph: str = "") -> 
     import torch
     from torch.utils import _pytree as pytree
 
-    from cachesvc_client.route_aoti import Runner
+    from cachesvc_client.one_call.runner import Runner
 
     data = torch.load(given, map_location=device)
     constants, inputs = data["constants"], data["inputs"]
@@ -52,15 +52,15 @@ def check(package: str, given: str, back: str, device: str, graph: str = "") -> 
 
 
 def main(argv) -> int:
-    from cachesvc_client import route_aoti
+    from cachesvc_client.one_call import build
     from cachesvc_client.errors import CacheClientError
 
     verb, args = argv[0], argv[1:]
     try:
         if verb == "build":
             exported, package, mode = args
-            phases = route_aoti.build_here(exported, package, mode or None)
-            print(json.dumps({"build_phases": phases}))  # the last line: route_aoti.build reads it
+            phases = build.build_here(exported, package, mode or None)
+            print(json.dumps({"build_phases": phases}))  # the last line: build.build reads it
         elif verb == "check":
             check(*args)
         else:

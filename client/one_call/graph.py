@@ -13,7 +13,7 @@ next replay overwrites (it warns when one is read afterwards); a copy of a
 model's outputs costs little and never changes under the caller.
 
 The live weights stay where they are: the package reads the model's own
-tensors (route_aoti.Runner), so the graph reads them too, and in-place
+tensors (runner.Runner), so the graph reads them too, and in-place
 updates (``load_state_dict``, ``copy_``) are seen by later replays.
 """
 from __future__ import annotations

@@ -1,26 +1,28 @@
 """After a miss's first call: publish the snapshot and build, check and publish the precompiled artifact.
 
 The model is exported in the thread that made the first call, right after it
-(route_aoti.export says why not in the background); the rest runs in one
+(export.py says why not in the background); the rest runs in one
 background thread so the process keeps serving: the snapshot is published,
 the package is built from the exported program in a child process (no
 Inductor config patches, fx state or GIL held in this one), then run the way
-a hit runs it, in another fresh child process (route_aoti.verify), and
+a hit runs it, in another fresh child process (verify.py), and
 compared with eager on the example inputs: a package that does not
 reproduce the model, or whose loader crashes, is never published.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
-from . import artifacts, route_aoti
-from .errors import CacheClientError
+from . import build, export, support, verify
+from .. import artifacts
+from ..errors import CacheClientError
 
 log = logging.getLogger("cachesvc_client")
 
@@ -37,16 +39,35 @@ class Publisher:
     def export(self) -> None:
         """Export the model for the package (the aoti route). Never raises: a failure is the artifact's error."""
         c = self.compiled
-        if c.route != "aoti" or route_aoti.support():
+        if c.route != "aoti" or support.support():
             return
         self._work = tempfile.mkdtemp(prefix="cachesvc-compile-")
         try:
-            route_aoti.export(c.model, c.example_inputs, os.path.join(self._work, "exported.pt2"))
+            export.export(c.model, c.example_inputs, os.path.join(self._work, "exported.pt2"))
         except Exception as exc:  # noqa: BLE001 - torch.export refuses many models; the call's result is good
-            self._not_exported = f"torch.export failed: {_why(exc)}"
+            self._not_exported = f"torch.export failed: {export.why_failed(exc)}"
 
     def start(self) -> None:
         self._thread.start()
+        at_exit(self.finish_at_exit)
+
+    def finish_at_exit(self) -> None:
+        """At interpreter exit, before Python's thread pools refuse new work: wait for the publish, up to
+        ``$CACHESVC_PUBLISH_AT_EXIT_S`` seconds (default ``AT_EXIT_S``; 0: not at all), and log how it went."""
+        if not self._thread.is_alive():
+            return
+        deadline = _at_exit_seconds()
+        name = self.compiled.name
+        log.warning("cachesvc compile %s: the process is exiting before its publish finished; waiting up to "
+                    "%.0f s for it (%s; call wait_published() before exiting to choose)", name, deadline, AT_EXIT_VAR)
+        started = time.monotonic()
+        self._thread.join(deadline)
+        if self._thread.is_alive():
+            log.warning("cachesvc compile %s: gave up on the publish at exit after %.1f s: it is lost; the next miss "
+                        "publishes again", name, time.monotonic() - started)
+        else:
+            log.warning("cachesvc compile %s: the publish finished at exit in %.1f s", name, time.monotonic() - started)
+        self.result["at_exit_s"] = time.monotonic() - started
 
     def wait(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         self._thread.join(timeout)
@@ -73,25 +94,57 @@ class Publisher:
 
     def _artifact(self) -> Dict[str, Any]:
         c = self.compiled
-        why = route_aoti.support()
+        why = support.support()
         if why:
             return {"skipped": why}
         if self._not_exported or not self._work:
             raise CacheClientError(self._not_exported or "the model was not exported")
-        path = os.path.join(self._work, artifacts.FILENAMES[route_aoti.KIND])
+        path = os.path.join(self._work, artifacts.FILENAMES[support.KIND])
         started = time.monotonic()
-        phases = route_aoti.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode)
+        phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode)
         build_seconds = time.monotonic() - started
         checked = time.monotonic()
-        route_aoti.verify(path, c.model, c.example_inputs, c.device, cuda_graph=c.cuda_graph)
+        verify.verify(path, c.model, c.example_inputs, c.device, cuda_graph=c.cuda_graph)
         check_seconds = time.monotonic() - checked
-        meta = dict(artifacts.artifact_meta(route_aoti.KIND, c.example_inputs, c.device),
-                    **route_aoti.host_meta(c.device), structure=c.tags["structure"])
-        report = artifacts.publish_file(c.client.api, self.key, route_aoti.KIND, path=path, meta=meta,
+        meta = dict(artifacts.artifact_meta(support.KIND, c.example_inputs, c.device),
+                    **support.host_meta(c.device), structure=c.tags["structure"])
+        report = artifacts.publish_file(c.client.api, self.key, support.KIND, path=path, meta=meta,
                                         compile_seconds=build_seconds)
         log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s: %s; checked in %.1f s): %s",
                  c.name, build_seconds, _phase_summary(phases), check_seconds, report.summary())
         return dict(report.to_dict(), build_s=build_seconds, build_phases=phases, check_s=check_seconds)
+
+
+#: how long an exiting process waits for its publish (a package build is tens of seconds on a CPU)
+AT_EXIT_VAR = "CACHESVC_PUBLISH_AT_EXIT_S"
+AT_EXIT_S = 300.0
+
+
+def _at_exit_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get(AT_EXIT_VAR, AT_EXIT_S)))
+    except ValueError:
+        log.warning("cachesvc compile: %s=%r is not a number of seconds; using %.0f",
+                    AT_EXIT_VAR, os.environ.get(AT_EXIT_VAR), AT_EXIT_S)
+        return AT_EXIT_S
+
+
+def at_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` when the interpreter exits, before Python's thread pools refuse new work.
+    threading's own exit hooks run before the atexit ones, and in reverse order of registration: this
+    one, registered after concurrent.futures' (imported here first for that), runs before that hook
+    shuts the thread pools a publish uploads with (which then refuse new work: "cannot schedule new
+    futures after interpreter shutdown")."""
+    import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before this one
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is not None:
+            register(hook)
+        else:  # an interpreter without it: atexit runs after the pools shut, but still joins the thread
+            atexit.register(hook)
+    except RuntimeError:  # already shutting down: nothing more can be scheduled anyway
+        pass
 
 
 def _phase_summary(phases: Dict[str, float]) -> str:

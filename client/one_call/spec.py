@@ -7,7 +7,7 @@ torch.compile. The structure fingerprint (parameter and buffer names, shapes,
 dtypes, devices, and the module tree's classes) is part of the cache key, so a
 model changed after publish misses instead of loading an artifact made for
 another model. Weights are not part of it: the artifact runs on the live
-model's tensors (route_aoti.py).
+model's tensors (runner.py).
 
 torch is imported by the caller; these functions only use the objects given.
 """

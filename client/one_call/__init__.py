@@ -1,0 +1,59 @@
+"""``cachesvc_client.compile``: torch.compile that starts as fast as eager when the fleet has compiled before.
+
+    model = cachesvc_client.compile(model, (x,), name="ranker")   # in place of torch.compile(model)
+    with torch.no_grad():
+        y = model(x)
+    model.wait_published()                                          # a build job: wait for the publish
+
+A hit: the key (name, the inputs' shape signature, mode, the model's structure
+fingerprint, torch.compile's options, and the environment: torch, Triton, CUDA,
+GPU) has a precompiled artifact; it is fetched and loaded without Dynamo or
+Inductor: an AOTInductor package run on the live weights. A call that does not
+match what it was built for (spec.py) goes to ``torch.compile(model, mode=mode,
+**kwargs)``, with one log line naming why. A miss: the key's directory snapshot
+is restored (if any) and torch.compile compiles; with a write token the snapshot
+and the precompiled artifact are published after the first call, in a background
+thread (``wait_published``).
+
+The steps, one module each:
+
+    support.py    can this torch and host take the package route (choose_route, check_host)
+    spec.py       what a call must match to be served by the package; the structure fingerprint
+    identity.py   the code and the non-tensor configuration the key also covers
+    binding.py    the live tensors a hit runs on; replaced ones are seen and rebound
+    compiled.py   CompiledModel: a hit's runner, else torch.compile; the publish after a miss
+    publisher.py  after a miss: export -> build -> verify -> publish, in a background thread
+    export.py     torch.export of a copy of the model, in the serving thread
+    build.py      the weightless package, built in a child process (child.py, cxx.py)
+    verify.py     the publish check: the package against eager, in another child process
+    runner.py     a hit: the package opened by the C++ loader on the live tensors (graph.py:
+                  reduce-overhead's CUDA-graph replay)
+
+The door is ``compile`` (and ``CompiledModel``, what it returns).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from .compiled import CompiledModel
+from .support import ROUTE_VAR, ROUTES, choose_route
+
+__all__ = ["CompiledModel", "ROUTES", "ROUTE_VAR", "choose_route", "compile"]
+
+
+def compile(model: Any, example_inputs: Sequence[Any], *, name: str, mode: Optional[str] = None,  # noqa: A001
+            client: Any = None, tags: Optional[Mapping[str, str]] = None, publish: Optional[bool] = None,
+            verify: bool = False, require_hit: Optional[bool] = None, **torch_compile_kwargs: Any) -> CompiledModel:
+    """Return a callable that behaves like ``torch.compile(model, mode=mode, **torch_compile_kwargs)``.
+
+    ``client``: a CacheClient (default: ``CacheClient()``, from ``$CACHESVC_URL`` and ``$CACHESVC_TOKEN``).
+    ``publish``: publish after a miss's first call (default: when the client has a token).
+    ``tags`` are added to the key. ``verify``: a hit's first call also runs eager and compares (one
+    eager forward; a difference beyond the publish check's tolerance sends it to torch.compile).
+    ``require_hit`` (default ``$CACHESVC_REQUIRE_HIT``: 1, true, yes): a miss, or a fall-back to
+    torch.compile on the declared inputs, raises CacheClientError (code ``miss``) naming why.
+    Otherwise never raises for cache trouble: the model then compiles as usual.
+    """
+    return CompiledModel(model, tuple(example_inputs), name=name, mode=mode, client=client, tags=tags,
+                         publish=publish, torch_compile_kwargs=torch_compile_kwargs, verify=verify,
+                         require_hit=require_hit)

@@ -1,0 +1,281 @@
+"""``CompiledModel``: what ``compile()`` returns; a hit's runner, else torch.compile, and the publish after a miss.
+
+A hit: the package runs each call that matches its spec, on the model's tensors as they are
+(binding.py: a replaced parameter is rebound, or the call goes to torch.compile); with
+``verify=True`` its first output is compared with eager's first. Meanwhile the key's snapshot is
+restored in the background, so a call off the spec (another batch size) compiles from Inductor's
+cache. A miss: the snapshot is restored, torch.compile serves, and the publish starts after the first
+call (publisher.py). Every fall-back to torch.compile is logged once per cause, and ``calls.why``
+and the restore report's ``warnings`` say why.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from typing import Any, Dict, Mapping, Optional
+
+from . import identity, publisher as publisher_mod, spec as spec_mod, support, verify as verify_mod
+from .binding import Binding
+from .runner import Runner
+from ..errors import CacheClientError
+from ..fingerprint import shape_signature
+
+log = logging.getLogger("cachesvc_client")
+#: how long a call that goes to torch.compile on a hit waits for the background snapshot restore
+SNAPSHOT_WAIT_S = 60.0
+#: how long an exiting process waits for its hit's report to the service
+VERDICT_AT_EXIT_S = 5.0
+
+
+def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
+    text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class Calls(dict):
+    """``{"artifact": n, "torch.compile": m}``: the calls each served; ``why``: the cause of the first
+    fall-back to torch.compile ("" while none), ``causes``: every distinct one, in order."""
+
+    def __init__(self) -> None:
+        super().__init__({"artifact": 0, "torch.compile": 0})
+        self.why, self.causes = "", []
+
+
+class CompiledModel:
+    """What ``compile()`` returns. ``route``: aoti | torch; ``source``: artifact (a hit) | compiled."""
+
+    def __init__(self, model: Any, example_inputs: tuple, *, name: str, mode: Optional[str], client: Any,
+                 tags: Optional[Mapping[str, str]], publish: Optional[bool], torch_compile_kwargs: Dict[str, Any],
+                 verify: bool = False, require_hit: Optional[bool] = None):
+        import torch
+
+        from ..client import CacheClient
+
+        self.model, self.example_inputs, self.name, self.mode = model, example_inputs, name, mode
+        self.kwargs = torch_compile_kwargs
+        self.client = client if client is not None else CacheClient()
+        self.device = str(example_inputs[0].device) if example_inputs and isinstance(
+            example_inputs[0], torch.Tensor) else "cpu"
+        self.shape = shape_signature(*example_inputs)
+        self.route, self.route_reason = support.choose_route(example_inputs, torch_compile_kwargs)
+        #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
+        self.cuda_graph = support.wants_cuda_graph(mode, self.device)
+        # code and config (identity.py): same names and shapes but another forward or setting is another key
+        self.tags = {**dict(tags or {}), "mode": mode or "default", "compile": self.route,
+                     "structure": spec_mod.structure_fingerprint(model),
+                     "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
+                     "options": _options_digest(mode, torch_compile_kwargs)}
+        self.spec = spec_mod.InputSpec(example_inputs, bool(model.training))
+        self.source, self.miss_reason, self.report = "compiled", "", None
+        self.load_seconds, self.verify_seconds = 0.0, None
+        #: a hit's first torch.compile call: how long it waited for the background snapshot restore
+        self.snapshot_wait_seconds: Optional[float] = None
+        self.require_hit = support.require_hit(require_hit)
+        self._verify = verify
+        self._runner: Optional[Runner] = None
+        self._binding: Optional[Binding] = None
+        self._snapshot_future: Any = None
+        self._compiled: Any = None
+        #: calls served by the precompiled artifact / by torch.compile, and why torch.compile served
+        self.calls = Calls()
+        self._publish = bool(self.client.token) if publish is None else publish
+        self._publisher: Optional[publisher_mod.Publisher] = None
+        self._lock = threading.Lock()
+        if self.route == "aoti":
+            self._try_artifact()
+        else:
+            self.miss_reason = f"route torch: {self.route_reason}"
+        if self._runner is None:
+            self._fell_back(self.miss_reason or "no published artifact for this key", declared=True)
+            self._restore_snapshot()
+        else:
+            self._start_snapshot_restore()
+
+    # -- a hit -------------------------------------------------------------------------------------
+
+    def _try_artifact(self) -> None:
+        started = time.monotonic()
+        report = self.client.restore(self.name, self.shape, self.tags, kind=support.KIND, require_hit=False)
+        self.report = report
+        if not report.hit:
+            self.miss_reason = report.reason or "no published artifact for this key"
+            return
+        why = support.check_host(report.meta, self.device)
+        if why is None:
+            try:
+                binding = Binding(self.model)
+                self._runner = Runner(report.artifacts[0], binding.constants, self.device,
+                                      cuda_graph=self.cuda_graph)
+                self._binding = binding
+            except CacheClientError as exc:
+                why = exc.message
+        if why:
+            self.miss_reason = f"not using the published artifact: {why}"
+            return
+        self.source, self.load_seconds = "artifact", time.monotonic() - started
+        log.info("cachesvc compile %s: loaded the precompiled artifact (version %s) in %.2f s",
+                 self.name, report.version_id, self.load_seconds)
+
+    def _restore_snapshot(self) -> None:
+        """A miss: bring back the key's snapshot (a previous publish's kernels) so torch.compile hits it.
+        Not when the artifact's restore found the service down: a second try would cost the process
+        the same wait (a refused connection's seconds, a stalled service's deadline) and log it again."""
+        if self.report is not None and self.report.service_down:
+            self.snapshot = self.report
+            return
+        self.snapshot = self.client.restore(self.name, self.shape, self.tags, require_hit=False)
+
+    def _start_snapshot_restore(self) -> None:
+        """A hit: restore the key's snapshot in the background, so a call off the spec (another batch
+        size) compiles from Inductor's cache, not cold. Never on the hit's path: a failure only logs."""
+        self.snapshot = None
+        try:
+            self._snapshot_future = self.client.start_restore(self.name, self.shape, self.tags, require_hit=False)
+        except Exception as exc:  # noqa: BLE001 - the hit is served either way
+            log.warning("cachesvc compile %s: the background snapshot restore did not start: %s", self.name, exc)
+
+    def _await_snapshot(self) -> None:
+        future, self._snapshot_future = self._snapshot_future, None
+        if future is None:
+            return
+        started = time.monotonic()
+        try:
+            self.snapshot = future.result(timeout=SNAPSHOT_WAIT_S)
+        except Exception as exc:  # noqa: BLE001 - a late or failed restore: torch.compile compiles cold
+            log.warning("cachesvc compile %s: the background snapshot restore did not finish: %s", self.name, exc)
+        self.snapshot_wait_seconds = time.monotonic() - started
+
+    # -- calls -------------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        runner = self._runner
+        if runner is not None:
+            why = self.spec.mismatch(args, kwargs, self.model)
+            declared = why is None
+            why = why or spec_mod.grad_wanted(args, self.model) or self._stale()
+            if why is None:
+                self.calls["artifact"] += 1
+                if self.calls["artifact"] > 1:
+                    return runner(*args)
+                started = time.monotonic()
+                out = self._first_checked(runner, args) if self._verify else runner(*args)
+                if self._runner is not None:
+                    self._report_hit(self.load_seconds + time.monotonic() - started)
+                return out
+            self._fell_back(why, declared=declared)
+        first = self._compiled is None
+        self.calls["torch.compile"] += 1
+        out = self._torch_compiled()(*args, **kwargs)
+        if first and self._runner is None and self._publish:
+            self._start_publish()
+        return out
+
+    def _stale(self) -> Optional[str]:
+        """None while the package runs on the model's tensors (rebinding replaced ones); else why not."""
+        binding = self._binding
+        changed = binding.changed() if binding is not None else None
+        if changed is None:
+            return None
+        why = binding.refresh()
+        if why is None:
+            try:
+                self._runner.rebind(binding.constants)
+                log.info("cachesvc compile %s: %s was replaced; the package now runs on the new tensors",
+                         self.name, changed)
+                return None
+            except CacheClientError as exc:
+                why = exc.message
+        self._runner = self._binding = None  # for good: the package cannot run on these tensors
+        return f"the model's tensors were replaced ({changed}): {why}"
+
+    def _first_checked(self, runner: Runner, args: tuple) -> Any:
+        """verify=True: the first call runs the package and eager and compares them (verify.close); a
+        difference sends this call and every later one to torch.compile."""
+        self._verify = False
+        started = time.monotonic()
+        got = runner(*args)
+        why = verify_mod.differs(got, self.model(*args), self.device)
+        self.verify_seconds = time.monotonic() - started
+        if why is None:
+            return got
+        self._runner = self._binding = None
+        self.calls["artifact"] -= 1
+        self._fell_back(f"the package's first output differs from eager's: {why}", declared=True)
+        self.calls["torch.compile"] += 1
+        return self._torch_compiled()(*args)
+
+    def _report_hit(self, first_call_seconds: float) -> None:
+        """The package served the first call: tell the service, as ``client.verify()`` does after a snapshot
+        restore, so its stats and pages count the hit and the compile seconds it saved (the package's
+        build minus this first call). In a background thread; a failure only logs."""
+        body = {"versions": [self.report.version_id], "verdict": "paid_off", "fallback": "",
+                "first_call_seconds": round(first_call_seconds, 3)}
+
+        def send() -> None:
+            try:
+                self.client.api.verdict(body)
+            except Exception as exc:  # noqa: BLE001 - statistics: never the serving process's trouble
+                log.info("cachesvc compile %s: could not report the hit: %s", self.name, exc)
+
+        thread = threading.Thread(target=send, name=f"cachesvc-compile-verdict-{self.name}", daemon=True)
+        thread.start()
+        # a process that exits at once still counts its hit: the request is bounded by the client's timeout
+        publisher_mod.at_exit(lambda: thread.join(VERDICT_AT_EXIT_S))
+
+    def _torch_compiled(self) -> Any:
+        if self._compiled is None:
+            self._await_snapshot()
+            with self._lock:
+                if self._compiled is None:
+                    import torch
+
+                    self._compiled = torch.compile(self.model, mode=self.mode, **self.kwargs)
+        return self._compiled
+
+    @property
+    def capture_seconds(self) -> Optional[float]:
+        """How long the hit's CUDA-graph capture took (reduce-overhead on a GPU), once it ran; else None."""
+        return self._runner.capture_seconds if self._runner is not None else None
+
+    def _fell_back(self, why: str, *, declared: bool) -> None:
+        """One line per cause; ``declared``: on the inputs the key was built for (require_hit refuses those)."""
+        if self.require_hit and declared:
+            raise CacheClientError(f"cachesvc compile {self.name}: a hit is required ({support.REQUIRE_HIT_VAR} "
+                                   f"or require_hit=True) and torch.compile would serve it: {why}", code="miss")
+        if why in self.calls.causes:
+            return
+        self.calls.causes.append(why)
+        self.calls.why = self.calls.why or why
+        if self.report is not None:
+            self.report.warnings.append(f"torch.compile serves: {why}")
+        log.warning("cachesvc compile %s: torch.compile serves this %s: %s", self.name,
+                    "model" if self._runner is None else "call", why)
+
+    # -- publish after a miss ----------------------------------------------------------------------
+
+    def _start_publish(self) -> None:
+        try:
+            key = self.client.key(self.name, self.shape, self.tags)
+        except Exception as exc:  # noqa: BLE001 - e.g. a bad env file: the call's result is still good
+            log.warning("cachesvc compile %s: not publishing: %s", self.name, exc)
+            return
+        self._publisher = publisher_mod.Publisher(self, key)
+        # the export here, in the thread that made the first call, not in the background beside later calls
+        self._publisher.export()
+        self._publisher.start()
+
+    def wait_published(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """Wait for the background publish; return {"snapshot": report dict, "artifact": report dict or error}.
+
+        None when nothing is being published (a hit, no write token, or before the first call).
+        A process that exits without waiting has the publish finished at exit, up to a deadline
+        (publisher.py: ``CACHESVC_PUBLISH_AT_EXIT_S``); a short-lived job should wait here.
+        """
+        return self._publisher.wait(timeout) if self._publisher is not None else None
+
+    def __getattr__(self, attr: str) -> Any:  # model attributes, as torch.compile's OptimizedModule offers
+        if attr == "model":
+            raise AttributeError(attr)
+        return getattr(self.model, attr)

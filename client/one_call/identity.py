@@ -1,0 +1,193 @@
+"""What of a model the key covers beyond its structure: the code that runs and its non-tensor configuration.
+
+Two models with the same module tree and the same parameter names and shapes are not the same
+model when ``forward`` changed (relu to tanh) or a setting did (``LeakyReLU(0.01)`` to
+``LeakyReLU(0.9)``): a package built for one would answer for the other. So the key also holds
+
+- ``code``: a digest of the bytecode of every method of every module class in the model (its whole
+  MRO outside torch), of the functions and classes those methods reach through their globals in
+  their own file (helpers, followed to any depth) and of plain module-level values they read
+  (``SLOPE = 0.1``), of closures and default values, and of the hooks registered on the modules.
+  Code in other files is not followed (transformers' BERT reaches 8 s of its library that way): a
+  helper moved to another file of the model's package is keyed by its caller's code only. Bytecode, not source: it needs no source files and leaves
+  out line numbers and file paths (a comment or a moved file is the same model), and its digest is
+  the same in every process (a frozenset constant is hashed in sorted order, never in set order).
+  torch's own code is left out: the key's environment holds torch's version.
+- ``config``: every module's ``extra_repr()`` and its plain-valued attributes (numbers, strings,
+  dtypes, tuples and dicts of them), and a transformers ``config.to_dict()`` where a module has one.
+
+A changed one is another key, hence a miss, never another model's package. Both are computed at
+``compile()``, on the hit path too: the mlp's take well under a millisecond (docs/client.md).
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import json
+import sys
+import types
+from typing import Any, Callable, Optional, Set
+
+FINGERPRINT_CHARS = 16
+#: packages whose code the key's environment already pins (torch's version) or that are the language's
+COVERED = frozenset({"torch", "builtins", "typing", "functools", "collections", "abc", "math", "operator",
+                     "contextlib", "dataclasses", "enum", "warnings", "inspect", "copy", "itertools"})
+#: a bound on the code objects followed (a model reaching a whole library through its globals)
+MAX_CODE_OBJECTS = 20000
+#: nn.Module's own bookkeeping: not configuration (the tensors and submodules are keyed elsewhere)
+MODULE_INTERNALS = frozenset({"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+
+
+def _covered(module_name: Optional[str]) -> bool:
+    top = (module_name or "builtins").split(".", 1)[0]
+    return top in COVERED or top in getattr(sys, "stdlib_module_names", ())
+
+
+class _Walker:
+    """Feeds one sha256 with the code a model runs; each function and class once."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.seen: Set[int] = set()
+        self.count = 0
+
+    def put(self, text: str) -> None:
+        self.h.update(text.encode("utf-8", "backslashreplace") + b"\n")
+
+    def klass(self, cls: type) -> None:
+        if id(cls) in self.seen or _covered(cls.__module__):
+            return
+        self.seen.add(id(cls))
+        self.put(f"class {cls.__module__}.{cls.__qualname__}")
+        for base in cls.__mro__[1:]:
+            self.klass(base)
+        for attr in sorted(vars(cls)):
+            fn = _function_of(vars(cls)[attr])
+            if fn is not None:
+                self.put(f"attr {attr}")
+                self.function(fn)
+
+    def function(self, fn: Callable) -> None:
+        fn = getattr(fn, "__func__", fn)
+        wrapped = getattr(fn, "__wrapped__", None)  # functools.wraps: the code that runs is inside too
+        if wrapped is not None and wrapped is not fn:
+            self.value(wrapped)
+        if not isinstance(fn, types.FunctionType) or id(fn) in self.seen or _covered(fn.__module__):
+            return
+        self.seen.add(id(fn))
+        self.put(f"def {fn.__module__}.{fn.__qualname__} {_plain(fn.__defaults__)} {_plain(fn.__kwdefaults__)}")
+        for cell in fn.__closure__ or ():
+            try:
+                self.value(cell.cell_contents)
+            except ValueError:  # an empty cell
+                self.put("cell -")
+        self.code(fn.__code__, fn.__globals__)
+
+    def code(self, code: types.CodeType, globals_: dict) -> None:
+        self.count += 1
+        if self.count > MAX_CODE_OBJECTS:
+            return
+        self.h.update(code.co_code)
+        self.put(f"names {code.co_names} vars {code.co_varnames} free {code.co_freevars}")
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                self.code(const, globals_)
+            else:
+                self.put(f"const {_const(const)}")
+        home = globals_.get("__name__")
+        for name in code.co_names:  # what the code reaches in its own file: helpers, classes, settings
+            target = globals_.get(name)
+            if getattr(target, "__module__", None) == home or not callable(target):
+                self.value(target)
+
+    def value(self, value: Any) -> None:
+        if isinstance(value, type):
+            self.klass(value)
+        elif callable(value) and _function_of(value) is not None:
+            self.function(_function_of(value))
+        else:
+            text = _plain(value)
+            if text is not None:
+                self.put(f"value {text}")
+
+
+def _function_of(value: Any) -> Optional[Callable]:
+    """The Python function behind a class attribute or a callable, if any (methods, static and class
+    methods, properties' getters, functools.partial's function)."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    elif isinstance(value, property):
+        value = value.fget
+    elif isinstance(value, functools.partial):
+        value = value.func
+    value = getattr(value, "__func__", value)
+    return value if isinstance(value, types.FunctionType) else None
+
+
+def _const(value: Any) -> str:
+    if isinstance(value, frozenset):  # set order changes with PYTHONHASHSEED: sorted, so every process agrees
+        return "frozenset(" + ",".join(sorted(_const(v) for v in value)) + ")"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_const(v) for v in value) + ")"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def _plain(value: Any, depth: int = 0) -> Optional[str]:
+    """A stable text for a plain value (numbers, strings, dtypes, devices, enums, containers of them);
+    None for anything else (tensors, modules, functions, objects whose repr holds an address)."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    if type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "device", "Size", "memory_format"):
+        return repr(value)
+    if depth > 4:
+        return None
+    if isinstance(value, (tuple, list)):
+        items = [_plain(v, depth + 1) for v in value]
+        return None if None in items else f"{type(value).__name__}[" + ",".join(items) + "]"  # type: ignore[arg-type]
+    if isinstance(value, (set, frozenset)):
+        items = [_plain(v, depth + 1) for v in value]
+        return None if None in items else "set[" + ",".join(sorted(items)) + "]"  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        pairs = [(_plain(k, depth + 1), _plain(v, depth + 1)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in pairs):
+            return None
+        return "dict{" + ",".join(sorted(f"{k}={v}" for k, v in pairs)) + "}"
+    return None
+
+
+def code_fingerprint(model: Any) -> str:
+    """A short digest of the code ``model`` runs (module docstring: what it covers)."""
+    walker = _Walker()
+    for _, module in model.named_modules():
+        walker.klass(type(module))
+        for hooks in ("_forward_pre_hooks", "_forward_hooks"):
+            for hook in getattr(module, hooks, {}).values():
+                walker.put(f"hook {hooks}")
+                walker.value(hook)
+    walker.put(f"code objects {min(walker.count, MAX_CODE_OBJECTS)}")
+    return walker.h.hexdigest()[:FINGERPRINT_CHARS]
+
+
+def config_fingerprint(model: Any) -> str:
+    """A short digest of ``model``'s non-tensor configuration (module docstring: what it covers)."""
+    h = hashlib.sha256()
+    configs: dict = {}  # id -> index: transformers hands one config object to many modules
+    for name, module in model.named_modules():
+        h.update(f"m {name} {module.extra_repr()}\n".encode("utf-8", "backslashreplace"))
+        for attr, value in sorted(vars(module).items()):
+            if attr in MODULE_INTERNALS or attr.endswith("hooks") or attr == "config":
+                continue
+            text = _plain(value)
+            if text is not None:
+                h.update(f"a {attr}={text}\n".encode("utf-8", "backslashreplace"))
+        config = getattr(module, "config", None)
+        to_dict = getattr(config, "to_dict", None)
+        if callable(to_dict):
+            if id(config) not in configs:
+                configs[id(config)] = len(configs)
+                h.update(f"c {json.dumps(to_dict(), sort_keys=True, default=repr)}\n".encode())
+            h.update(f"c# {configs[id(config)]}\n".encode())
+    return h.hexdigest()[:FINGERPRINT_CHARS]

@@ -1,0 +1,83 @@
+"""Load: a package opened by torch's C++ loader and bound to the live model's tensors.
+
+``torch._C._aoti.AOTIModelPackageLoader`` opens it (no Dynamo, no Inductor import, no C++ or
+Triton compile, no autotuning) and ``load_constants(..., user_managed=True)`` points it at the live
+model's parameters and buffers: the weights the process has are the weights it runs with, and
+in-place updates (``load_state_dict``, an optimizer step) are seen.
+
+``torch._inductor.aoti_load_package`` would do the same load but imports Inductor first (9.3-9.6 s
+on the bench CPU against 1.0 s for the whole process with the C++ loader), so the loader is used
+directly. reduce-overhead on a GPU replays the run from a CUDA graph (graph.py).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from .binding import live_constants  # noqa: F401 - the runner's constants, by name (verify, bench)
+from ..artifacts import LoadFailed
+
+log = logging.getLogger("cachesvc_client")
+
+
+class Runner:
+    """A loaded package bound to live tensors: ``runner(*tensors)`` returns what the model would.
+
+    ``cuda_graph``: the first call captures the run into a CUDA graph and every call replays it
+    (graph.py); a capture that fails is logged once and the package runs without one."""
+
+    def __init__(self, path: str, constants: Mapping[str, Any], device: str, *, cuda_graph: bool = False):
+        import torch
+        from torch.utils import _pytree as pytree
+
+        index = -1 if device == "cpu" else (torch.device(device).index or 0)
+        try:
+            self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, index)
+            fqns = list(self._loader.get_constant_fqns())
+            missing = [f for f in fqns if f not in constants]
+            if missing:
+                raise LoadFailed(f"the package wants constants the model lacks: {missing[:3]}")
+            # user_managed: the package reads the model's own tensors, no copy (in-place updates are seen)
+            self._fqns = fqns
+            self._loader.load_constants({f: constants[f] for f in fqns}, False, True, True)
+            self._out_spec = pytree.treespec_loads(self._loader.get_call_spec()[1])
+        except LoadFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - torch raises many types for a package it cannot use
+            raise LoadFailed(f"AOTIModelPackageLoader could not load {path}: {type(exc).__name__}: {exc}") from exc
+        self._unflatten: Callable = pytree.tree_unflatten
+        self.cuda_graph = cuda_graph
+        self._graphed: Optional[Callable] = None
+        self.capture_seconds: Optional[float] = None
+        self.capture_error = ""
+
+    def rebind(self, constants: Mapping[str, Any]) -> None:
+        """Point the package at other tensors of the same layouts (binding.py decides): the model's
+        replaced parameters. A CUDA graph captured on the old ones is captured again at the next call."""
+        try:
+            self._loader.load_constants({f: constants[f] for f in self._fqns}, False, True, True)
+        except Exception as exc:  # noqa: BLE001 - as in __init__: the caller falls back to torch.compile
+            raise LoadFailed(f"the package could not be rebound: {type(exc).__name__}: {exc}") from exc
+        self._graphed = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.cuda_graph:
+            if self._graphed is None:
+                self._capture(args)
+            if self._graphed is not None:
+                return self._unflatten(self._graphed(args), self._out_spec)
+        return self._unflatten(self._loader.run(list(args)), self._out_spec)
+
+    def _capture(self, args: Sequence[Any]) -> None:
+        from .graph import GraphedRun
+
+        started = time.monotonic()
+        try:
+            self._graphed = GraphedRun(self._loader.run, args)
+        except Exception as exc:  # noqa: BLE001 - without a graph the package still runs, only slower
+            self.cuda_graph, self.capture_error = False, f"{type(exc).__name__}: {exc}"
+            log.warning("cachesvc compile: the package runs without a CUDA graph: capturing it failed: %s",
+                        self.capture_error)
+            return
+        self.capture_seconds = time.monotonic() - started

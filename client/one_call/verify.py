@@ -1,0 +1,121 @@
+"""Verify: the publish check. A built package is run the way a fresh hit runs it, in a child
+process, on weights it was not built with, and compared with eager; only a package that passes is
+published."""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Optional, Sequence
+
+from .build import last_line
+from .runner import live_constants
+from ..artifacts import LoadFailed
+
+
+def perturb(model: Any) -> None:
+    """Scale every floating parameter and buffer of ``model`` in place by seeded factors in [0.5, 1.5]
+    (signs kept: a BatchNorm's running variance stays positive)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(18)
+    with torch.no_grad():
+        for t in (*model.parameters(), *model.buffers()):
+            if t.is_floating_point():
+                factor = torch.rand(t.shape, generator=gen, dtype=torch.float32) + 0.5
+                t.mul_(factor.to(device=t.device, dtype=t.dtype))
+
+
+def tolerance(dtype: Any, device: str = "cpu") -> float:
+    """How close a package's outputs must be to eager's, relative to the outputs' scale (``close``)."""
+    import torch
+
+    if device != "cpu" and dtype == torch.float32 and (torch.backends.cudnn.allow_tf32
+                                                       or torch.backends.cuda.matmul.allow_tf32):
+        # TF32 (cuDNN's default for convolutions): on the weights verify perturbs, ResNet-50's outputs reach
+        # 5128 on the H200, eager's own TF32 noise (against full float32) is 3.19 and the package's distance
+        # from eager 1.28, 2.5e-4 of the scale (docs/gpu.md, run 15); a wrong package is off by the scale
+        return 1e-2
+    return {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(dtype, 1e-3)
+
+
+def close(got: Any, want: Any, device: str) -> None:
+    """Raise AssertionError unless ``got`` is within ``tolerance`` of ``want``: relatively, and absolutely
+    by that fraction of the largest magnitude in ``want`` (at least 1), so an element near zero in a
+    large output is held to the output's precision, not its own."""
+    import torch
+
+    tol = tolerance(want.dtype, device)
+    scale = max(1.0, float(want.abs().max())) if want.numel() and want.is_floating_point() else 1.0
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale)
+
+
+def differs(got: Any, want: Any, device: str) -> Optional[str]:
+    """None when ``got`` (a package's output) is within ``close`` of ``want`` (eager's), leaf by leaf;
+    else what differs, in one line (compiled.py: ``verify=True``'s first-call check)."""
+    from torch.utils import _pytree as pytree
+
+    got_leaves, want_leaves = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    if len(got_leaves) != len(want_leaves):
+        return f"{len(got_leaves)} outputs, eager {len(want_leaves)}"
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+        why = _apart(g, w, device) if hasattr(w, "dtype") else None
+        if why:
+            return f"output {i}: {why}"
+    return None
+
+
+def _apart(got: Any, want: Any, device: str) -> Optional[str]:
+    """``close``'s rule (assert_close's |got - want| <= atol + rtol * |want|, NaN equal to nothing) in
+    plain tensor ops: torch.testing's first assert_close costs 1.8 s of imports on the bench CPU, on the
+    hit's first call."""
+    if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+        return f"shape {tuple(got.shape)} {got.dtype}, eager {tuple(want.shape)} {want.dtype}"
+    if not want.is_floating_point():
+        return None if bool((got == want).all()) else "values differ"
+    tol = tolerance(want.dtype, device)
+    scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
+    g, w = got.double(), want.double()
+    off = (g - w).abs() > tol * scale + tol * w.abs()
+    off |= g.isnan() | w.isnan()
+    if not bool(off.any()):
+        return None
+    return (f"{int(off.sum())} of {off.numel()} elements beyond {tol:g} of eager "
+            f"(greatest difference {float((g - w).abs().max()):.3g}, scale {scale:.3g})")
+
+
+def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *, cuda_graph: bool = False,
+           timeout: float = 300) -> None:
+    """Run the built package in a child process, as a fresh hit would, and compare it with eager; raise on a
+    difference or a crash. A child: a loader that dies (torch 2.11's did on the H200) takes only the child.
+
+    Both run on weights the package was not built with (every floating parameter and buffer scaled
+    elementwise by a seeded factor in [0.5, 1.5]): a hit runs on whatever weights its process has,
+    so a package that kept any of the builder's values (an inlined constant, a folded one) must fail
+    here, not in production. ``cuda_graph``: the child captures the run into a CUDA graph and what it
+    compares is a replay, on weights changed after the capture (a hit's graph must read the live ones)."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    twin = copy.deepcopy(model)
+    perturb(twin)
+    with torch.no_grad():
+        want = pytree.tree_leaves(twin(*example_inputs))
+    with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
+        given, back = os.path.join(tmp, "given.pt"), os.path.join(tmp, "back.pt")
+        torch.save({"constants": live_constants(twin), "inputs": list(example_inputs)}, given)
+        done = subprocess.run([sys.executable, "-m", f"{__package__}.child", "check", path, given, back, device,
+                               "graph" if cuda_graph else ""], capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise LoadFailed(f"the package failed in a fresh process (exit {done.returncode}): {last_line(done)}")
+        got = torch.load(back, map_location="cpu")
+    if len(got) != len(want):
+        raise LoadFailed(f"the package returned {len(got)} outputs; eager {len(want)}")
+    for g, w in zip(got, want):
+        try:
+            close(g, w.cpu(), device)
+        except AssertionError as exc:
+            detail = " ".join(str(exc).split())[:300]
+            raise LoadFailed(f"the package does not reproduce eager on weights it was not built with: {detail}") from None

@@ -1,0 +1,147 @@
+"""What the one call's key covers beyond the structure (one_call/identity.py), what a hit's binding sees
+(one_call/binding.py), and the one-line causes of a fall-back (issue 25, items 4 and 6)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cachesvc_client.one_call import export, identity, spec, support  # noqa: E402
+from cachesvc_client.one_call.binding import Binding  # noqa: E402
+
+SOURCE = '''
+import torch
+from torch import nn
+
+SHIFT = {shift}
+
+
+def squash(x):
+    return torch.{fn}(x) - SHIFT
+
+
+class Tiny(nn.Module):
+    def __init__(self, slope=0.01):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.LeakyReLU(slope)
+        self.fc2 = nn.Linear(16, 4)
+
+    def middle(self, x):
+        return self.act(squash(x)) if x.dtype in {{torch.float32, torch.float64}} else x
+
+    def forward(self, x):
+        return self.fc2(self.middle(self.fc1(x)))
+'''
+
+
+def tiny(fn="relu", shift=0.5, slope=0.01):
+    """A model class made from source under one module name, as two deploys of one file would be."""
+    module = types.ModuleType("tinynet")
+    exec(compile(SOURCE.format(fn=fn, shift=shift), "tinynet.py", "exec"), module.__dict__)  # noqa: S102
+    return module.Tiny(slope)
+
+
+def keys(model):
+    return spec.structure_fingerprint(model), identity.code_fingerprint(model), identity.config_fingerprint(model)
+
+
+def test_the_same_code_and_settings_are_the_same_key():
+    assert keys(tiny()) == keys(tiny())
+
+
+@pytest.mark.parametrize("other", [{"fn": "tanh"}, {"shift": 0.25}])
+def test_another_helper_or_constant_reached_from_forward_is_another_code_key(other):
+    """forward -> middle (a method) -> squash (a function of the same file) -> torch.relu / SHIFT."""
+    base, changed = keys(tiny()), keys(tiny(**other))
+    assert changed[0] == base[0]  # same names, shapes and classes
+    assert changed[1] != base[1] and changed[2] == base[2]
+
+
+def test_another_setting_is_another_config_key():
+    base, changed = keys(tiny()), keys(tiny(slope=0.9))  # LeakyReLU(0.01) -> LeakyReLU(0.9)
+    assert changed[:2] == base[:2] and changed[2] != base[2]
+
+
+def test_a_hook_is_code_the_key_covers():
+    model = tiny()
+    before = identity.code_fingerprint(model)
+    model.fc1.register_forward_hook(lambda m, i, o: o * 2)
+    assert identity.code_fingerprint(model) != before
+
+
+def test_a_transformers_config_is_configuration():
+    transformers = pytest.importorskip("transformers")
+
+    def bert(**setting):
+        cfg = transformers.BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                      intermediate_size=64, vocab_size=100, **setting)
+        return transformers.BertModel(cfg)
+
+    assert keys(bert()) == keys(bert())
+    a, b = keys(bert()), keys(bert(layer_norm_eps=1e-5))
+    assert a[0] == b[0] and a[2] != b[2]
+
+
+def test_the_code_key_is_the_same_in_every_process():
+    """No address, no set order (PYTHONHASHSEED), no line number or file path in it."""
+    code = ("import sys, types; sys.path.insert(0, %r); from tests.client.test_one_call_identity import tiny; "
+            "from cachesvc_client.one_call import identity; m = tiny(); "
+            "print(identity.code_fingerprint(m), identity.config_fingerprint(m))") % (sys.path[0],)
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(seen) == 1 and seen.pop().split() == [identity.code_fingerprint(tiny()),
+                                                    identity.config_fingerprint(tiny())]
+
+
+@pytest.mark.parametrize("how", ["assign", "data", "param"])
+def test_the_binding_sees_a_replaced_tensor_and_takes_it_when_it_fits(how):
+    model = tiny()
+    binding = Binding(model)
+    assert binding.changed() is None
+    with torch.no_grad():
+        model.fc1.weight.mul_(2)  # in place: the package reads it as it is, nothing to rebind
+    assert binding.changed() is None
+    new = torch.randn(16, 8)
+    if how == "assign":
+        model.load_state_dict({**model.state_dict(), "fc1.weight": new}, assign=True)
+    elif how == "data":
+        model.fc1.weight.data = new
+    else:
+        model.fc1.weight = torch.nn.Parameter(new)
+    assert binding.changed() == "fc1.weight"
+    assert binding.refresh() is None and binding.changed() is None
+    assert binding.constants["fc1.weight"].data_ptr() == new.data_ptr()
+
+
+def test_a_replaced_tensor_of_another_shape_cannot_be_rebound():
+    model = tiny()
+    binding = Binding(model)
+    model.fc1.weight = torch.nn.Parameter(torch.randn(16, 4))
+    assert binding.changed() == "fc1.weight"
+    assert "fc1.weight was replaced by a tensor of shape (16, 4)" in binding.refresh()
+
+
+def test_a_failed_export_says_where_in_one_line():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: torch.export refuses it
+                return x + 1
+            return x - 1
+
+    with pytest.raises(Exception) as failed:
+        export.export(Branchy(), (torch.randn(2, 2),), "/nonexistent/never-written.pt2")
+    why = export.why_failed(failed.value)
+    assert "\n" not in why and why.startswith(type(failed.value).__name__), why
+    assert "test_one_call_identity.py" in why and "in forward: if x.sum() > 0:" in why, why
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("YES", True), ("0", False), ("", False)])
+def test_require_hit_reads_the_environment(monkeypatch, value, on):
+    monkeypatch.setenv(support.REQUIRE_HIT_VAR, value)
+    assert support.require_hit(None) is on
+    assert support.require_hit(False) is False and support.require_hit(True) is True

@@ -34,7 +34,7 @@ from ..storage import blobs, packs as packs_mod
 from .. import lifecycle
 from .. import index
 from ..errors import BlobsMissing, Conflict, Forbidden, InvalidRequest, NotFound, PayloadTooLarge
-from ..models import Blob, Event, PendingPack, Version, VersionFile, utcnow
+from ..models import MAX_ID, Blob, Event, PendingPack, Version, VersionFile, utcnow
 from ..storage import ENCODINGS, Storage, blob_key, incoming_key
 
 
@@ -252,7 +252,7 @@ def _pending_under_lock(session: Session, version_id: int) -> Tuple[Version, Opt
 def check_creator(session: Session, version_id: int, token_id: Optional[int]) -> None:
     """Forbidden unless ``token_id`` created pending version ``version_id`` (or no token did): another write
     token must not fetch its upload targets (and overwrite an upload in flight) or commit it."""
-    version = session.get(Version, version_id)
+    version = session.get(Version, version_id) if 0 <= version_id <= MAX_ID else None  # beyond: commit's 404
     if version is not None and version.state == "pending" and version.token_id is not None \
             and version.token_id != token_id:
         raise Forbidden(f"version {version_id} was created by another token: only that token uploads to it "

@@ -195,9 +195,9 @@ def check_request() -> None:
         else:
             raise Unauthorized(f"this needs a bearer token with scope `{need}`: send `Authorization: Bearer "
                                f"<token>` (CACHESVC_TOKEN for the client)")
+    g.principal = principal  # before the scope check: a refused page still says who is signed in
     if not includes(principal.scope, need):
         raise Forbidden(f"{principal.name} has scope `{principal.scope}`; this needs `{need}`")
-    g.principal = principal
 
 
 def current() -> Principal:

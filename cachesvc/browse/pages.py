@@ -25,11 +25,6 @@ PAGE = 100
 TOP = 10  # rows of each "top entries" table on the stats page
 
 
-@bp.app_template_filter("bytes")
-def _bytes(n):
-    return charts.human_bytes(n)
-
-
 def _filters() -> dict:
     args = {f: request.args.get(f, "").strip() for f in browse.FILTER_FIELDS}
     args = {k: v for k, v in args.items() if v}

@@ -211,6 +211,9 @@ def test_entry_page_shows_versions_and_files(client):
     assert "resnet" in html and f"Version {done['version']['id']}" in html
     assert "fxgraph/ab/graph1" in html and sha(b"graph")[:16] in html
     assert "ab/c&lt;b&gt;.py" in html, "paths are escaped"
+    assert "2 files," in html and "(s)" not in html
+    one = publish(client, {"a.py": b"a"}, key(name="solo"))["version"]
+    assert "1 file," in client.get(f"/entries/{one['entry_id']}").get_data(as_text=True)
     assert client.get("/entries/99999").status_code == 404
 
 
@@ -222,7 +225,7 @@ def test_stats_page_draws_stored_bytes_and_restores_as_svg(client):
     assert "<script" not in html
     svg = html[html.index("<svg"):html.index("</svg>")]
     assert svg.count('class="restores"') == 7 and 'class="stored"' in svg
-    assert "1 restores" in svg and "5.0 kB" in html
+    assert "1 restore</title>" in svg and "5.0 kB" in html
 
 
 def _verdict(client, version_id: int, verdict: str, first_call: float = 1.0) -> None:

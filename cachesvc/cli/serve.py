@@ -51,9 +51,10 @@ def serve(settings: dict, *, host: str, port: int, workers: int, threads: int) -
     """Migrate where AUTO_MIGRATE says so, then run gunicorn until it is stopped."""
     from gunicorn.app.base import BaseApplication
 
-    from .. import db
+    from .. import config, db
     from .direct import safe_url
 
+    config.check_production(settings)  # before a migration or a bound port
     if settings["AUTO_MIGRATE"]:
         db.upgrade(settings["DATABASE_URL"])
     with run_folder() as run:

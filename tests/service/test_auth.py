@@ -46,9 +46,11 @@ ROUTES = [
     ("POST", "/logout", None),  # CSRF-checked, as every form on the pages (test_pages_signin.py)
     ("GET", "/admin/purge", "admin"),
     ("POST", "/admin/purge", "admin"),
+    ("GET", "/admin/purge/done", "admin"),
     ("GET", "/admin/audit", "admin"),
     ("GET", "/admin/tokens", "admin"),
     ("POST", "/admin/tokens", "admin"),
+    ("GET", "/admin/tokens/1/revoke", "admin"),
     ("POST", "/admin/tokens/1/revoke", "admin"),
     ("GET", "/healthz", None),
     ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off

@@ -39,7 +39,8 @@ SCOPES = ("read", "write", "admin")
 _RANK = {s: i for i, s in enumerate(SCOPES)}
 _OPEN = "open"  # marker: no token needed
 #: endpoints of other packages (flask-smorest's own doc routes) and what they need
-_FOREIGN = {"api-docs.openapi_json": _OPEN, "api-docs.openapi_swagger_ui": _OPEN, "static": _OPEN}
+_FOREIGN = {"api-docs.openapi_json": _OPEN, "api-docs.openapi_swagger_ui": _OPEN, "static": _OPEN,
+            "web.static": _OPEN}
 #: the blueprints whose requests a session cookie may authenticate (the HTML pages)
 PAGE_BLUEPRINTS = frozenset({"web", "account", "web_admin"})
 _SESSION_KEY = "signed_in"  # {"id": token id, "check": first 16 hex digits of its sha256}

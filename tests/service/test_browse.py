@@ -196,7 +196,7 @@ def test_index_page_groups_by_name_and_filters_without_javascript(client, catalo
     html = page.get_data(as_text=True)
     assert "<script" not in html
     assert "Set-Cookie" not in page.headers, "a bearer token's request starts no session"
-    assert re.findall(r"<h2>([^<]+)</h2>", html) == ["bert", "mlp"]
+    assert re.findall(r"<h2>([^<]+)</h2>", html) == ["bert", "mlp"], "newest first: bert, then the five mlp"
     assert html.count('<tr class="entry">') == 6
     filtered = client.get("/", query_string={"torch": "2.12.0"}).get_data(as_text=True)
     assert filtered.count('<tr class="entry">') == 1 and "2.12.0" in filtered

@@ -46,6 +46,10 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 #: Every role this client knows, in publish order.
 ROLES: Tuple[str, ...] = ("inductor", "pch", "memo", "triton", "nv", "vllm", "vllm_aot")
+#: Roles whose folder every process of the user on the host shares (the default temp dir's
+#: torchinductor_<user>, ~/.triton, ~/.nv): what they hold may be a neighbour's, so they travel
+#: only beside files of the process's own roots (its cache dir, vLLM's), never alone.
+SHARED_ROLES: Tuple[str, ...] = ("pch", "memo", "triton", "nv")
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,30 @@ def test_commands_that_import_torch_print_no_numpy_warning_without_numpy(tmp_pat
     assert "NumPy" not in out.stderr, out.stderr
 
 
+@one_backend
+def test_publishing_an_empty_cache_dir_is_refused_whatever_neighbours_left_in_the_shared_temp_dir(live_server,
+                                                                                                   tmp_path):
+    """Issue 27 item 3: other processes' precompiled headers under the host's default temp dir are not this
+    compile's; a publish of an empty cache dir is refused (exit 1, one line) and commits nothing."""
+    from cachesvc_client import roots
+
+    env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": live_server.url,
+           "CACHESVC_TOKEN": live_server.app.config["TOKENS"]["write"]}
+    (tmp_path / "ctr" / "cache").mkdir()
+    pch = subprocess.run([sys.executable, "-c", "from cachesvc_client import roots; print(roots.resolve_root('pch'))"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert pch.startswith(env["TMPDIR"]) and "pch" in roots.SHARED_ROLES
+    os.makedirs(pch)
+    with open(os.path.join(pch, "neighbour.h.gch"), "wb") as f:
+        f.write(os.urandom(50_000))
+    out = cli(env, "publish", "--name", NAME, "--shape", SHAPE)
+    assert out.returncode == 1 and out.stdout == "", out
+    line = one_line(out.stderr)
+    assert "nothing to publish" in line and "not this compile's" in line, line
+    assert live_server.app.test_client().get("/api/v1/entries", headers={
+        "Authorization": f"Bearer {live_server.app.config['TOKENS']['read']}"}).json["total"] == 0
+
+
 #: some other web server at the configured URL: an HTML 404 of several lines for everything
 NOT_CACHESVC = b"<html>\n<head><title>404 Not Found</title></head>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n"
 

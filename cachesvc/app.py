@@ -78,6 +78,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     from .api import docs
 
     settings = config.load(overrides)
+    config.check_production(settings)  # before anything serves: a fleet never runs on a per-process key
     app = Flask(__name__)
     app.config.update(
         TESTING=bool(settings.get("TESTING")),

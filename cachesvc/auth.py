@@ -31,6 +31,7 @@ from typing import Callable, Optional
 
 from flask import current_app, g, request, session as cookie_session
 from sqlalchemy import delete, false, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized
@@ -216,9 +217,9 @@ def check_request() -> None:
         else:
             raise Unauthorized(f"this needs a bearer token with scope `{need}`: send `Authorization: Bearer "
                                f"<token>` (CACHESVC_TOKEN for the client)")
+    g.principal = principal  # before the scope check: a refused page still says who is signed in
     if not includes(principal.scope, need):
         raise Forbidden(f"{principal.name} has scope `{principal.scope}`; this needs `{need}`")
-    g.principal = principal
 
 
 def current() -> Principal:
@@ -233,15 +234,24 @@ def create_token(session: Session, name: str, scope: str) -> tuple[Token, str]:
         raise InvalidRequest(f"scope must be one of {', '.join(SCOPES)}")
     if not name or len(name) > 100:
         raise InvalidRequest("token name must be 1-100 characters")
+    taken = InvalidRequest(f"a token named {name!r} is already active: choose another name, or revoke it first "
+                           f"(`cachesvc token revoke {name}`)")
+    if session.scalar(select(Token.id).where(Token.name == name, Token.revoked_at.is_(None))) is not None:
+        raise taken
     token = new_token()
     row = Token(name=name, scope=scope, token_hash=hash_token(token), created_at=utcnow())
     session.add(row)
-    session.flush()
+    try:
+        with session.begin_nested():  # a concurrent create of the same name: the unique index decides
+            session.flush()
+    except IntegrityError:
+        raise taken from None
     return row, token
 
 
 def revoke_token(session: Session, ident: str) -> list[Token]:
-    """Revoke the active tokens whose id or name is ``ident``; raise NotFound when none is."""
+    """Revoke the active token whose id or name is ``ident`` (names of active tokens are unique: one row);
+    raise NotFound when none is."""
     q = select(Token).where(Token.revoked_at.is_(None))
     if ident.isascii() and ident.isdigit():  # str.isdigit() alone also takes '²', which int() refuses
         q = q.where(Token.id == int(ident) if int(ident) <= MAX_ID else false())

@@ -34,6 +34,7 @@ SETTINGS: Dict[str, tuple] = {
     "SESSION_HOURS": (12.0, float, "Hours a sign-in on the pages lasts. A revoked token signs its sessions out at their next request whatever this says."),
     "COOKIE_SECURE": (False, "bool", "Send the session cookie over https only, always. Off: the cookie is Secure when the request came over https; behind a proxy that ends TLS (an ingress), turn this on."),
     "SERVE_PROXY": (False, "bool", "`cachesvc serve` puts nginx in front of gunicorn (on a Unix socket): nginx reads every request's headers and body (10 s and 30 s timeouts, bodies buffered and bounded per route) before a gunicorn thread sees it, so slow clients cannot hold the workers. On in the image; needs nginx installed."),
+    "PRODUCTION": (False, "bool", "A service for a fleet (the Kubernetes overlays set it): refuse to start without a `SECRET_KEY` of 32+ characters that is not a placeholder (every replica must sign sign-ins alike), or with `COOKIE_SECURE` off. Off (the embedded dev server's default): a missing key is a random one, with a warning."),
     "METRICS_PUBLIC": (True, "bool", "Serve /metrics without a token; off: /metrics needs a token with read scope."),
     "HIT_FLUSH_SECONDS": (2.0, float, "Seconds between writes of the restore counters (restore_count, last_restored_at, hit events) that resolves tally in memory; 0 writes each hit in its request."),
     "TOKEN_CACHE_SECONDS": (5.0, float, "Seconds a serving process reuses a token lookup; a revoked token stops working within this; 0 looks it up on every request."),
@@ -100,3 +101,28 @@ def load(overrides: Optional[Mapping[str, Any]] = None, environ: Optional[Mappin
     if cfg["GC_GRACE_SECONDS"] is None:
         cfg["GC_GRACE_SECONDS"] = float(cfg["PRESIGN_EXPIRES"]) + 3600
     return cfg
+
+
+#: what a key copied from an example still says (secret.example.yaml, .env.example): never a real key
+_PLACEHOLDERS = ("change-me", "changeme", "replace-me", "example", "secret-key", "xxxx")
+MIN_SECRET_KEY = 32
+
+
+def check_production(cfg: Mapping[str, Any]) -> None:
+    """With ``PRODUCTION`` on, raise SystemExit naming each setting that is not fit for a fleet."""
+    if not cfg.get("PRODUCTION"):
+        return
+    problems = []
+    key = cfg.get("SECRET_KEY") or ""
+    if not key:
+        problems.append("CACHESVC_SECRET_KEY is unset (every replica must sign sign-ins with the same key)")
+    elif any(p in key.lower() for p in _PLACEHOLDERS):
+        problems.append("CACHESVC_SECRET_KEY is a placeholder from an example")
+    elif len(key) < MIN_SECRET_KEY:
+        problems.append(f"CACHESVC_SECRET_KEY has {len(key)} characters, fewer than {MIN_SECRET_KEY}")
+    if not cfg.get("COOKIE_SECURE"):
+        problems.append("CACHESVC_COOKIE_SECURE is off (a sign-in cookie must never travel over plain http)")
+    if problems:
+        raise SystemExit("cachesvc: CACHESVC_PRODUCTION is on, and " + "; ".join(problems) + ". Make a key with "
+                         "`python3 -c 'import secrets; print(secrets.token_hex(32))'` into the Secret "
+                         "(docs/security.md), or set CACHESVC_PRODUCTION=false for a trial")

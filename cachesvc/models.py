@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Dict, List, Optional
 
-from sqlalchemy import BigInteger, Date, DateTime, Float, ForeignKey, Index, Integer, JSON, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Date, DateTime, Float, ForeignKey, Index, Integer, JSON, String, Text, UniqueConstraint, text
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -207,7 +207,11 @@ class Token(Base):
     """A bearer token: only its sha256 is kept. ``scope`` is read < write < admin."""
 
     __tablename__ = "tokens"
-    __table_args__ = (UniqueConstraint("token_hash", name="uq_tokens_token_hash"),)
+    __table_args__ = (UniqueConstraint("token_hash", name="uq_tokens_token_hash"),
+                      # one active token per name, so `token revoke NAME` means one token; a revoked
+                      # token's name may be given again (migration i27_unique_token_names)
+                      Index("uq_tokens_active_name", "name", unique=True,
+                            sqlite_where=text("revoked_at IS NULL"), postgresql_where=text("revoked_at IS NULL")))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100))

@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import sys
+import warnings
 from typing import Callable, Dict, Optional
 
 import click
@@ -130,9 +131,12 @@ def _key_options(f):
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, "--version", prog_name="cachesvc-client", message="%(prog)s %(version)s")
+@click.version_option(__version__, "-V", "--version", prog_name="cachesvc-client", message="%(prog)s %(version)s")
 def cli():
     """Publish and restore torch.compile state through a cachesvc service, and see what is held where."""
+    # torch imported without numpy (an init image need not have it) warns "Failed to initialize NumPy" on
+    # every command that reads the key's environment; no command here uses numpy, so the line says nothing
+    warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy", category=UserWarning)
 
 
 @cli.command()
@@ -169,11 +173,9 @@ def restore(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, t
         steps = [s.strip() for s in fallbacks.split(",") if s.strip()]
         report = client.restore(name, shape, tags, fallbacks=steps, fallback_max_bytes=fallback_max_bytes, kind=kind,
                                 require_hit=False)  # a required hit is the exit status here
-    error = report.reason.startswith("error: ")  # its warning line said why; the summary would say it again
-    if as_json:
-        _print_report(report, True, quiet)
-    elif not error:
-        _print_report(report, False, quiet or flag and not report.hit)
+    error = report.reason.startswith("error: ")  # its warning line said why, on stderr
+    # the summary prints on stdout after an error too (a miss is a miss): what a script or a log reads
+    _print_report(report, as_json, quiet or bool(flag and not report.hit))
     if flag and not report.hit:
         why = "the restore failed (the warning above says why)" if error else report.summary()
         click.echo(f"cachesvc-client restore: error: {why}; {flag} makes a miss exit 1", err=True)

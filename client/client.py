@@ -129,6 +129,7 @@ class CacheClient:
         self.trusted_keys = trusted_keys or os.environ.get(signing.TRUSTED_KEYS_VAR) or None
         self._api: Optional[ServiceAPI] = None
         self.last_restore: Optional[RestoreReport] = None
+        self._said_nearest: Optional[tuple] = None  # the miss whose nearest entries the log named last
 
     @property
     def api(self) -> ServiceAPI:
@@ -198,7 +199,7 @@ class CacheClient:
         self.last_restore = report
         if verify_at_exit:
             atexit.register(self.verify)
-        log.info("%s", report.summary(), extra=SUMMARY)
+        log.info("%s", report.summary(nearest=self._first_to_name_nearest(report)), extra=SUMMARY)
         for warning in report.warnings:
             log.warning("cachesvc restore: %s", warning)
         if report.failed:
@@ -208,6 +209,15 @@ class CacheClient:
         if require and not report.hit:
             raise HitRequired(_required(report), report)
         return report
+
+    def _first_to_name_nearest(self, report: RestoreReport) -> bool:
+        """False when the previous miss of this client, for the same key, named these very nearest entries
+        (the one call restores its package and then its snapshot: one list in the log, not two)."""
+        said = (report.name, report.shape, tuple(sorted(report.tags.items())),
+                tuple((c.get("entry") or {}).get("id") for c in report.nearest[:3])) if report.nearest else None
+        first = said is None or said != self._said_nearest
+        self._said_nearest = said
+        return first
 
     def _explain_key(self, report: RestoreReport, key: dict, *, env_given: bool) -> None:
         """Put the key and where its environment came from in ``report``; on a miss that only fields this

@@ -47,6 +47,17 @@ def _torch_version() -> str:
 
 
 def _triton_version() -> str:
+    """triton's version, read from its installed distribution's metadata when there is one: importing
+    triton (what a CUDA build of torch brings along) costs a process that loads a precompiled package, and
+    needs neither Dynamo nor Inductor, its own import time. Imported only when no ``triton`` distribution
+    names it (a source checkout or a vendor's renamed build)."""
+    if importlib.util.find_spec("triton") is None:
+        return "none"
+    try:
+        from importlib import metadata  # noqa: PLC0415
+        return metadata.version("triton")
+    except Exception:  # no such distribution, or unreadable metadata: ask the module itself
+        pass
     try:
         import triton  # noqa: PLC0415
     except ImportError:

@@ -245,6 +245,21 @@ def sign(body: dict) -> None:
         body.update(signature=signer.sign(body["key"], body["kind"], body["files"]), merge=False)
 
 
+def _check_not_empty(files: List[dict], wanted: List[roots_mod.Root], present: List[roots_mod.Root], kind: str) -> None:
+    """InvalidRequest unless the snapshot holds files of the process's own roots: an empty version would hide
+    the key's good one, and the host's shared dirs alone hold what neighbours left (roots.SHARED_ROLES)."""
+    own = [f for f in files if f["root"] not in roots_mod.SHARED_ROLES] if kind == keys.DEFAULT_KIND else files
+    if own:
+        return
+    shared = len(files) - len(own)
+    raise InvalidRequest("nothing to publish: " + ", ".join(
+        f"{r.path} ({'empty' if r in present else 'missing'})" for r in wanted if r.role not in roots_mod.SHARED_ROLES)
+        + " holds no cache files" + (f" (the {shared} file(s) in the host's shared dirs, "
+                                     f"{', '.join(sorted({f['root'] for f in files}))}, are not this compile's "
+                                     "alone and never travel without it)" if shared else "")
+        + "; publish after the compile, from the process (or cache dir) that ran it", code="empty_manifest")
+
+
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
             workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True, kind: str = "inductor-dir",
             meta: Optional[Dict[str, str]] = None) -> PublishReport:
@@ -254,11 +269,7 @@ def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_
     start, wanted = time.monotonic(), roots
     roots = [r for r in roots if os.path.isdir(r.path)]
     files, where = snapshot(roots, workers)
-    if not files:  # an empty version would hide the key's good one
-        raise InvalidRequest("nothing to publish: " + ", ".join(f"{r.path} ({'empty' if r in roots else 'missing'})"
-                                                               for r in wanted)
-                             + " holds no cache files; publish after the compile, from the process (or cache dir) "
-                               "that ran it", code="empty_manifest")
+    _check_not_empty(files, wanted, roots, kind)
     if kind == keys.DEFAULT_KIND:  # a folder snapshot: Triton's driver helper where a restored process looks
         roots = driver_helpers.add(files, where, roots)  # (an artifact kind's version is its one file)
     log.info("publish %s: %d files, %.1f MB in %d roots, hashed in %.1f s", key["name"], len(files),

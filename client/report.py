@@ -75,11 +75,13 @@ class RestoreReport:
                 "files_present": self.files_present, "bytes": self.bytes, "bytes_written": self.bytes_written,
                 "left_out": len(self.failed), "seconds": round(max(0.0, time.time() - self.started_at), 3)}
 
-    def summary(self) -> str:
+    def summary(self, nearest: bool = True) -> str:
+        """One line. ``nearest=False``: a miss says "nearest: as above" for the entries a line before named."""
         if not self.hit:
             text = f"restore {self.name} [{self.shape}]: miss ({self.reason}) in {self.seconds:.2f} s"
             if self.nearest:
-                text += "; nearest: " + "; ".join(describe_entry(c) for c in self.nearest[:3])
+                text += ("; nearest: " + "; ".join(describe_entry(c) for c in self.nearest[:3]) if nearest
+                         else "; nearest: as above")
             return text
         what = ("" if self.kind == "inductor-dir" else f"{self.kind} ") + f"hit version {self.version_id}"
         if self.fallback:

@@ -62,6 +62,10 @@ ROLES: Tuple[str, ...] = ("inductor", "pch", "memo", "triton", "nv", "vllm", "vl
 #: Extra roots known by name alone (``known_extra_dir``): published when named, restored whenever a version has them.
 KNOWN_EXTRA: Tuple[str, ...] = ("torch_extensions", "flashinfer", "deep_gemm")
 EXTRA_ROOTS_VAR = "CACHESVC_EXTRA_ROOTS"
+#: Roles whose folder every process of the user on the host shares (the default temp dir's
+#: torchinductor_<user>, ~/.triton, ~/.nv): what they hold may be a neighbour's, so they travel
+#: only beside files of the process's own roots (its cache dir, vLLM's), never alone.
+SHARED_ROLES: Tuple[str, ...] = ("pch", "memo", "triton", "nv")
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,68 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: make ./.venv and install the
-# project (server and test extras) with the pinned CPU torch, only when
+# project (server and test extras) with the pinned torch, only when
 # pyproject.toml changed since the last install. Sets $PY.
+#
+# Which torch build: torch==2.13.0 from PyPI is the multi-GB CUDA build on Linux, whatever the
+# machine has. So on a machine without an NVIDIA GPU the CPU build (2.13.0+cpu) is installed:
+# from a wheel pip's own configuration already finds (find-links, a local index), else from
+# PyTorch's CPU index (torch alone). Overrides:
+#   TORCH_INDEX_URL=URL   torch (alone) from that index, e.g. https://download.pytorch.org/whl/cu130
+#   CACHESVC_TORCH=cuda   PyPI's CUDA build even without a GPU (a build machine for GPU images)
+#   CACHESVC_TORCH=cpu    the CPU build even with a GPU
 VENV=.venv
 PY=$VENV/bin/python
+TORCH_VERSION=2.13.0
+TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 [[ -x $PY ]] || "${PYTHON:-python3}" -m venv "$VENV"
+
+# cpu or cuda: CACHESVC_TORCH when set, else cuda only where an NVIDIA GPU is visible
+_torch_build() {
+    case ${CACHESVC_TORCH:-} in
+        cpu|cuda) echo "$CACHESVC_TORCH"; return ;;
+        "") ;;
+        *) echo "CACHESVC_TORCH must be cpu or cuda, not '$CACHESVC_TORCH'" >&2; return 2 ;;
+    esac
+    # nvidia-smi comes with the driver (and into containers given a GPU); -L fails when it sees no GPU
+    if nvidia-smi -L >/dev/null 2>&1; then
+        echo cuda
+    else
+        echo cpu
+    fi
+}
+
+_install_torch() {
+    if [[ -n ${TORCH_INDEX_URL:-} ]]; then
+        "$PY" -m pip install -q --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
+        return
+    fi
+    local build
+    build=$(_torch_build) || return 2
+    if [[ $build == cuda ]]; then
+        "$PY" -m pip install -q "torch==$TORCH_VERSION"  # PyPI's build: the CUDA one
+        return
+    fi
+    # The +cpu pin never matches PyPI (it has no local versions): a wheel pip's configuration finds, or the CPU index
+    "$PY" -m pip install -q "torch==$TORCH_VERSION+cpu" 2>/dev/null && return
+    echo "no NVIDIA GPU here: torch $TORCH_VERSION+cpu from $TORCH_CPU_INDEX (CACHESVC_TORCH=cuda for PyPI's CUDA build)" >&2
+    "$PY" -m pip install -q --index-url "$TORCH_CPU_INDEX" "torch==$TORCH_VERSION+cpu" && return
+    echo "could not install torch $TORCH_VERSION+cpu: $TORCH_CPU_INDEX unreachable? Set TORCH_INDEX_URL to a mirror of it," \
+         "or PIP_FIND_LINKS to a folder holding the wheel, or CACHESVC_TORCH=cuda for PyPI's CUDA build (5 GB)" >&2
+    return 1
+}
 
 STAMP=$VENV/.installed-pyproject.toml
 _installed() {
-    cmp -s pyproject.toml "$STAMP" && "$PY" - <<'PY' 2>/dev/null
-import importlib.metadata as md
+    cmp -s pyproject.toml "$STAMP" && "$PY" - "$TORCH_VERSION" <<'PY' 2>/dev/null
+import importlib.metadata as md, sys
 md.version("cachesvc")
-assert md.version("torch").startswith("2.13.0"), md.version("torch")
+assert md.version("torch").startswith(sys.argv[1]), md.version("torch")
 PY
 }
 if ! _installed; then
-    echo "installing cachesvc[server,test] and torch==2.13.0 into $VENV ..." >&2
+    echo "installing cachesvc[server,test] and torch==$TORCH_VERSION into $VENV ..." >&2
     "$PY" -m pip install -q --upgrade pip
-    # torch==2.13.0 from PyPI is the multi-GB CUDA build on Linux; the CPU build (what the tests and
-    # the demo use) is on PyTorch's own index. TORCH_INDEX_URL names that index for torch alone
-    # (e.g. https://download.pytorch.org/whl/cpu), everything else still comes from pip's usual
-    # index. Unset, pip's own configuration decides (this machine's finds a local CPU wheel).
-    if [[ -n ${TORCH_INDEX_URL:-} ]]; then
-        "$PY" -m pip install -q --index-url "$TORCH_INDEX_URL" torch==2.13.0
-        "$PY" -m pip install -q -e '.[server,test]'
-    else
-        "$PY" -m pip install -q -e '.[server,test]' torch==2.13.0
-    fi
+    _install_torch
+    # torch is in place: the project's own pins (torch==2.13.0 holds for 2.13.0+cpu) keep it
+    "$PY" -m pip install -q -e '.[server,test]'
     cp pyproject.toml "$STAMP"
 fi

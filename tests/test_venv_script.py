@@ -1,6 +1,9 @@
-"""scripts/_venv.sh installs torch from TORCH_INDEX_URL when it is set (PyTorch's CPU wheel index), and only torch.
+"""scripts/_venv.sh picks the torch build: the CPU one on a machine without an NVIDIA GPU (a wheel pip's own
+configuration finds, else PyTorch's CPU index), PyPI's (CUDA) one where nvidia-smi sees a GPU or
+CACHESVC_TORCH=cuda asks for it, and TORCH_INDEX_URL's for torch alone when set.
 
-Run with a stand-in for the venv's python that records how it was called, so no package is installed."""
+Run with a stand-in for the venv's python that records how it was called (and fails the calls named in its "fail" file,
+as pip does when no wheel matches), and a stand-in nvidia-smi, so nothing is installed."""
 from __future__ import annotations
 
 import os
@@ -15,31 +18,73 @@ RECORDER = """#!/bin/sh
 # the venv's python, standing in: record the call; answer "not installed" to the check that reads stdin
 echo "$*" >> "$(dirname "$0")/calls"
 [ "$1" = "-" ] && exit 1
+grep -qxF -- "$*" "$(dirname "$0")/fail" && exit 1
 exit 0
 """
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+UPGRADE, PROJECT = "-m pip install -q --upgrade pip", "-m pip install -q -e .[server,test]"
+LOCAL_CPU = "-m pip install -q torch==2.13.0+cpu"
 
 
-def run_venv_script(tmp_path: Path, **env: str) -> list:
+def run_venv_script(tmp_path: Path, gpu: bool = False, ok: bool = True, fail=(), **env: str):
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").write_text(RECORDER)
     (bin_dir / "python").chmod(0o755)
+    (bin_dir / "fail").write_text("".join(f"{call}\n" for call in fail))
+    tools = tmp_path / "tools"  # nvidia-smi -L: lists a GPU (exit 0) or finds none (exit 6, as the real one)
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text("#!/bin/sh\n" + ("echo 'GPU 0: NVIDIA H200'\n" if gpu else "exit 6\n"))
+    (tools / "nvidia-smi").chmod(0o755)
     out = subprocess.run(["bash", "-c", f"set -euo pipefail; source {ROOT / 'scripts/_venv.sh'}"], cwd=tmp_path,
-                         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env}, capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return [line for line in (bin_dir / "calls").read_text().splitlines() if line.startswith("-m pip install")]
+                         env={"PATH": f"{tools}:{os.environ['PATH']}", "HOME": str(tmp_path), **env},
+                         capture_output=True, text=True, timeout=60)
+    assert (out.returncode == 0) == ok, out.stderr
+    calls = [line for line in (bin_dir / "calls").read_text().splitlines() if line.startswith("-m pip install")]
+    return calls, out.stderr
+
+
+def test_without_a_gpu_the_cpu_build_comes_from_pips_configuration_when_it_has_the_wheel(tmp_path):
+    calls, _ = run_venv_script(tmp_path)
+    assert calls == [UPGRADE, LOCAL_CPU, PROJECT]
+
+
+def test_without_a_gpu_and_no_local_wheel_the_cpu_build_comes_from_pytorchs_cpu_index(tmp_path):
+    calls, said = run_venv_script(tmp_path, fail=[LOCAL_CPU])
+    assert calls == [UPGRADE, LOCAL_CPU, f"-m pip install -q --index-url {CPU_INDEX} torch==2.13.0+cpu", PROJECT]
+    assert "no NVIDIA GPU here" in said and "CACHESVC_TORCH=cuda" in said
+
+
+def test_an_unreachable_cpu_index_stops_with_what_to_set(tmp_path):
+    cpu_index = f"-m pip install -q --index-url {CPU_INDEX} torch==2.13.0+cpu"
+    calls, said = run_venv_script(tmp_path, ok=False, fail=[LOCAL_CPU, cpu_index])
+    assert calls == [UPGRADE, LOCAL_CPU, cpu_index], "no CUDA build behind the user's back"
+    assert "TORCH_INDEX_URL" in said and "PIP_FIND_LINKS" in said and "CACHESVC_TORCH=cuda" in said
+
+
+@pytest.mark.parametrize("gpu,env", [(True, {}), (False, {"CACHESVC_TORCH": "cuda"})])
+def test_a_gpu_or_cachesvc_torch_cuda_gets_pypis_cuda_build(tmp_path, gpu, env):
+    calls, _ = run_venv_script(tmp_path, gpu=gpu, **env)
+    assert calls == [UPGRADE, "-m pip install -q torch==2.13.0", PROJECT]
+
+
+def test_cachesvc_torch_cpu_wins_over_a_gpu_and_a_bad_value_is_refused(tmp_path):
+    calls, _ = run_venv_script(tmp_path, gpu=True, CACHESVC_TORCH="cpu")
+    assert calls == [UPGRADE, LOCAL_CPU, PROJECT]
+    other = tmp_path / "other"
+    other.mkdir()
+    _, said = run_venv_script(other, ok=False, CACHESVC_TORCH="rocm")
+    assert "CACHESVC_TORCH must be cpu or cuda" in said
 
 
 def test_torch_index_url_is_used_for_torch_only(tmp_path):
-    calls = run_venv_script(tmp_path, TORCH_INDEX_URL="https://download.pytorch.org/whl/cpu")
-    assert calls == ["-m pip install -q --upgrade pip",
-                     "-m pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0",
-                     "-m pip install -q -e .[server,test]"]
+    calls, _ = run_venv_script(tmp_path, gpu=True, TORCH_INDEX_URL="https://download.pytorch.org/whl/cu130")
+    assert calls == [UPGRADE, "-m pip install -q --index-url https://download.pytorch.org/whl/cu130 torch==2.13.0",
+                     PROJECT]
 
 
 @pytest.mark.parametrize("value", [None, ""])
-def test_without_it_pip_configuration_decides(tmp_path, value):
-    calls = run_venv_script(tmp_path, **({} if value is None else {"TORCH_INDEX_URL": value}))
-    assert calls == ["-m pip install -q --upgrade pip", "-m pip install -q -e .[server,test] torch==2.13.0"]
+def test_an_empty_torch_index_url_is_unset(tmp_path, value):
+    calls, _ = run_venv_script(tmp_path, **({} if value is None else {"TORCH_INDEX_URL": value}))
+    assert calls == [UPGRADE, LOCAL_CPU, PROJECT]

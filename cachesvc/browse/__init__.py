@@ -19,9 +19,10 @@ from .stats import daily, totals
 
 def register_pages(app: Flask, settings: dict) -> None:
     """Sign-in (its session cookie and CSRF) and the HTML pages' blueprints (auth.PAGE_BLUEPRINTS)."""
-    from . import admin_pages, pages, signin
+    from . import admin_pages, filters, pages, signin
 
     signin.install(app, settings)
+    filters.install(app)
     for page_bp in (pages.bp, signin.bp, admin_pages.bp):
         app.register_blueprint(page_bp)
 

@@ -4,16 +4,20 @@ Every view needs `admin` and calls the one admin action there is for it (``cache
 as the admin API and the `cachesvc` commands do, so a purge from a page is audited, collected
 and counted exactly as one from the CLI. Forms POST with the session's CSRF token
 (``cachesvc.browse.signin``); the preview is a GET that changes nothing.
+
+Every POST answers with a redirect to a GET (post-redirect-get), so a browser's refresh or back
+button never sends the form again: what the POST did (a purge's outcome, a new token, shown once)
+travels in the session to the page the redirect opens, which takes it out.
 """
 from __future__ import annotations
 
-from flask import Blueprint, make_response, redirect, render_template, request, url_for
+from flask import Blueprint, make_response, redirect, render_template, request, session, url_for
 from marshmallow import ValidationError
 
 from .. import lifecycle
 from ..api import services
 from ..auth import requires
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, NotFound
 from ..models import MAX_ID
 from ..schemas import AuditArgs, TokenCreateSchema
 from .signin import page_blueprint
@@ -21,6 +25,7 @@ from .signin import page_blueprint
 bp = page_blueprint(Blueprint("web_admin", __name__, url_prefix="/admin", template_folder="templates"))
 
 AUDIT_PAGE = 100
+SHOWN = 10  # versions a purge's outcome page lists (the count says how many there were)
 
 
 def _target(values) -> dict:
@@ -56,7 +61,24 @@ def purge_preview():
 def purge_confirmed():
     target = _target(request.form)
     result = lifecycle.purge(services(), target, actor=lifecycle.request_actor())
-    return render_template("purge.html", result=result, target=target, what=_what(target), done=True)
+    gc = result.get("gc") or {}
+    # the outcome rides in the session cookie to the GET: small (a cookie holds 4 kB), the first rows only
+    session["purged"] = {"target": target, "version_count": result["version_count"],
+                         "bytes_freed": result["bytes_freed"],
+                         "gc": {k: gc.get(k, 0) for k in ("blobs_deleted", "bytes_freed")} if gc else None,
+                         "versions": [{k: v.get(k) for k in ("id", "entry_id", "name", "total_bytes", "created_at",
+                                                            "last_restored_at")} for v in result["versions"][:SHOWN]]}
+    return redirect(url_for("web_admin.purge_done"), code=303)
+
+
+@bp.route("/purge/done", methods=["GET"])
+@requires("admin")
+def purge_done():
+    """What the purge just POSTed did, once; a refresh (the outcome already shown) goes to the entries."""
+    done = session.pop("purged", None)
+    if done is None:
+        return redirect(url_for("web.index"), code=303)
+    return render_template("purge.html", result=done, target=done["target"], what=_what(done["target"]), done=True)
 
 
 @bp.route("/audit", methods=["GET"])
@@ -75,13 +97,17 @@ def audit_page():
 @bp.route("/tokens", methods=["GET"])
 @requires("admin")
 def tokens_page():
-    return render_template("tokens.html", tokens=lifecycle.list_tokens(services())["tokens"], created=None)
+    """The tokens; right after a create, the new token itself, this once (taken out of the session)."""
+    resp = make_response(render_template("tokens.html", tokens=lifecycle.list_tokens(services())["tokens"],
+                                         created=session.pop("created_token", None)))
+    resp.headers["Cache-Control"] = "no-store"  # the one page that may hold a token: never cached
+    return resp
 
 
 @bp.route("/tokens", methods=["POST"])
 @requires("admin")
 def create_token():
-    """Create a token and show it, once: the answer is not cached, and the secret is never in a URL."""
+    """Create a token, then redirect to the tokens page, which shows it once (never in a URL)."""
     try:
         body = TokenCreateSchema().load({"name": request.form.get("name", "").strip(),
                                          "scope": request.form.get("scope", "")})
@@ -89,10 +115,18 @@ def create_token():
         problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in exc.messages.items())
         raise InvalidRequest(f"invalid token: {problems}") from None
     created = lifecycle.create_token(services(), body["name"], body["scope"], actor=lifecycle.request_actor())
-    resp = make_response(render_template("tokens.html", tokens=lifecycle.list_tokens(services())["tokens"],
-                                         created=created), 201)
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+    session["created_token"] = {k: created[k] for k in ("name", "scope", "token")}
+    return redirect(url_for("web_admin.tokens_page"), code=303)
+
+
+@bp.route("/tokens/<int:token_id>/revoke", methods=["GET"])
+@requires("admin")
+def revoke_confirm(token_id):
+    """Revoke a token? The confirmation step (a GET that changes nothing); its form POSTs below."""
+    token = next((t for t in lifecycle.list_tokens(services())["tokens"] if t["id"] == token_id), None)
+    if token is None or token["revoked_at"]:
+        raise NotFound(f"no active token has id {token_id}")
+    return render_template("revoke.html", token=token)
 
 
 @bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])

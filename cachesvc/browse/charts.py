@@ -5,16 +5,7 @@ from typing import List
 
 from markupsafe import Markup, escape
 
-
-def human_bytes(n) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # unreachable; keeps type checkers calm
+from .filters import human_bytes, plural
 
 
 def _ticks(top: float, n: int = 4) -> List[float]:
@@ -47,7 +38,7 @@ def stored_and_restores(rows: List[dict], width: int = 760, height: int = 260) -
         bh = h * r["restores"] / max_restores
         x = left + i * step + step * 0.15
         parts.append(f'<rect class="restores" x="{x:.1f}" y="{top + h - bh:.1f}" width="{step * 0.7:.1f}" '
-                     f'height="{bh:.1f}" fill="#f0a050"><title>{escape(r["date"])}: {r["restores"]} restores</title></rect>')
+                     f'height="{bh:.1f}" fill="#f0a050"><title>{escape(r["date"])}: {plural(r["restores"], "restore")}</title></rect>')
     points = " ".join(f"{left + (i + 0.5) * step:.1f},{top + h - h * r['stored_bytes'] / max_bytes:.1f}"
                       for i, r in enumerate(rows))
     if points:

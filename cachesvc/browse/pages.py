@@ -19,16 +19,13 @@ from ..errors import InvalidRequest
 from ..schemas import MAX_OFFSET, SORTS
 from .signin import page_blueprint
 
+# static/: the pages' stylesheet, served by the service itself (no CDN), open to everyone (auth._FOREIGN)
 bp = page_blueprint(Blueprint("web", __name__, template_folder="templates", static_folder="static",
-                             static_url_path="/static/pages"))
+                              static_url_path="/assets"))  # not /static: the app's own (empty) static route
 
 PAGE = 100
+FILES_PAGE = 100  # files of each version an entry page lists at once
 TOP = 10  # rows of each "top entries" table on the stats page
-
-
-@bp.app_template_filter("bytes")
-def _bytes(n):
-    return charts.human_bytes(n)
 
 
 def _filters() -> dict:
@@ -53,13 +50,18 @@ def _filters() -> dict:
     sort = request.args.get("sort", "newest")
     if sort not in SORTS:
         raise InvalidRequest(f"sort must be one of {', '.join(SORTS)}")
-    try:
-        offset = max(0, int(request.args.get("offset", 0)))
-    except ValueError:
-        raise InvalidRequest("offset must be a number") from None
-    if offset > MAX_OFFSET:  # the API's bound; SQLite's OFFSET takes 64 bits at most (an OverflowError)
-        raise InvalidRequest(f"offset must be at most {MAX_OFFSET}")
-    return dict(args, sort=sort, limit=PAGE, offset=offset)
+    return dict(args, sort=sort, limit=PAGE, offset=_offset(request.args.get("offset", 0)))
+
+
+def _offset(raw, name: str = "offset") -> int:
+    """A page's offset argument: a number from 0 to MAX_OFFSET (the API's bound; SQLite's OFFSET takes
+    64 bits at most, an OverflowError)."""
+    raw = str(raw).strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+        raise InvalidRequest(f"{name} must be a number from 0 to {MAX_OFFSET}")
+    if int(raw) > MAX_OFFSET:
+        raise InvalidRequest(f"{name} must be at most {MAX_OFFSET}")
+    return int(raw)
 
 
 @bp.route("/")
@@ -71,8 +73,8 @@ def index():
         rates = stats.verdicts_by(s, [r["id"] for r in page["entries"]])
     for r in page["entries"]:
         r["verdicts"] = rates.get(r["id"])
-    rows = sorted(page["entries"], key=lambda r: r["name"])  # keep the chosen order within each name
-    groups = [(name, list(items)) for name, items in groupby(rows, key=lambda r: r["name"])]
+    # rows stay in the chosen sort; a name heads each run of rows that share it (one table: one set of columns)
+    groups = [(name, list(items)) for name, items in groupby(page["entries"], key=lambda r: r["name"])]
     query = {("q" if k == "search" else k): v for k, v in args.items() if k not in ("limit", "offset")}
     return render_template("index.html", page=page, groups=groups, args=args, query=query, sorts=SORTS,
                            fields=browse.FILTER_FIELDS, kinds=keys.KINDS)
@@ -85,10 +87,14 @@ def entry(entry_id):
         detail = browse.entry_detail(s, entry_id)
         rates = stats.verdicts_by(s, [entry_id], per="version")
         entry_rate = stats.verdicts_by(s, [entry_id]).get(entry_id)
+    offset = _offset(request.args.get("files_offset", 0), "files_offset")
     for v in detail["versions"]:
         v["verdicts"] = rates.get(v["id"])
         v["restore_command"] = browse.restore_command(detail, v, request.url_root)
-    return render_template("entry.html", e=detail, entry_rate=entry_rate)
+        v["files_shown"] = v["files"][offset:offset + FILES_PAGE]  # a version may hold 100,000 files
+    more = any(len(v["files"]) > offset + FILES_PAGE for v in detail["versions"])
+    return render_template("entry.html", e=detail, entry_rate=entry_rate, files_offset=offset, files_page=FILES_PAGE,
+                           files_more=more)
 
 
 @bp.route("/stats")

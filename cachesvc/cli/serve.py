@@ -50,8 +50,9 @@ def _metrics_dir(run: Path) -> None:
 def serve(settings: dict, *, host: str, port: int, workers: int, threads: int) -> None:
     """Migrate where AUTO_MIGRATE says so, then run gunicorn (behind nginx with SERVE_PROXY) until it is
     stopped."""
-    from .. import db
+    from .. import config, db
 
+    config.check_production(settings)  # before a migration or a bound port
     if settings["AUTO_MIGRATE"]:
         db.upgrade(settings["DATABASE_URL"])
     with run_folder() as run:

@@ -56,8 +56,9 @@ def test_help_and_version(tmp_path):
     for args in (["-h"], ["--help"], ["restore", "-h"], ["ls", "-h"], ["status", "-h"], ["env", "-h"]):
         out = cli(env, *args)
         assert out.returncode == 0 and "Usage: cachesvc-client" in out.stdout, (args, out.stderr)
-    version = cli(env, "--version")
-    assert version.returncode == 0 and version.stdout.strip() == f"cachesvc-client {__version__}"
+    for flag in ("--version", "-V"):  # -V as `cachesvc -V`
+        version = cli(env, flag)
+        assert version.returncode == 0 and version.stdout.strip() == f"cachesvc-client {__version__}", flag
     bare = cli(env)
     assert bare.returncode == 2 and "restore" in bare.stdout + bare.stderr
 
@@ -123,7 +124,7 @@ def test_a_bad_env_file_is_a_usage_error_naming_the_file_and_field(tmp_path, doc
 def test_no_url_is_a_miss_with_one_warning_line_unless_strict(tmp_path):
     env = {**container(tmp_path), **ENV_VARS}
     out = cli(env, "restore", "--name", NAME, "--shape", SHAPE)
-    assert out.returncode == 0 and out.stdout == ""
+    assert out.returncode == 0 and one_line(out.stdout).startswith(f"restore {NAME} [{SHAPE}]: miss (error: no service")
     line = one_line(out.stderr)
     assert line.startswith("cachesvc-client: warning: no service URL (--url or CACHESVC_URL)") and "miss" in line
     assert "cold" not in line
@@ -161,6 +162,55 @@ def test_a_hit_prints_its_summary_once_on_stdout_and_quiet_prints_nothing(publis
     assert "miss" in one_line(strict.stderr)
 
 
+def test_a_dead_url_is_a_miss_whose_summary_prints_on_stdout(tmp_path):
+    """docs/client.md: the summary prints once, on stdout, whatever happened (the warning says why, on stderr)."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": f"http://127.0.0.1:{s.getsockname()[1]}"}
+        out = cli(env, "restore", "--name", NAME, "--shape", SHAPE, "--timeout", "2")
+    assert out.returncode == 0, out.stderr
+    summary = one_line(out.stdout)
+    assert summary.startswith(f"restore {NAME} [{SHAPE}]: miss (error: cannot reach") and " s" in summary, summary
+    assert one_line(out.stderr).startswith("cachesvc-client: warning: "), out.stderr
+
+
+def test_commands_that_import_torch_print_no_numpy_warning_without_numpy(tmp_path):
+    """An init image without numpy: torch's 'Failed to initialize NumPy' is not the client's to print."""
+    blocked = tmp_path / "no-numpy" / "numpy"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ModuleNotFoundError('No module named numpy', name='numpy')\n")
+    env = {**container(tmp_path), "PYTHONPATH": os.pathsep.join([str(blocked.parent)] + [p for p in sys.path if p])}
+    out = cli(env, "env", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["torch"] != "none", out.stderr
+    assert "NumPy" not in out.stderr, out.stderr
+
+
+@one_backend
+def test_publishing_an_empty_cache_dir_is_refused_whatever_neighbours_left_in_the_shared_temp_dir(live_server,
+                                                                                                   tmp_path):
+    """Issue 27 item 3: other processes' precompiled headers under the host's default temp dir are not this
+    compile's; a publish of an empty cache dir is refused (exit 1, one line) and commits nothing."""
+    from cachesvc_client import roots
+
+    env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": live_server.url,
+           "CACHESVC_TOKEN": live_server.app.config["TOKENS"]["write"]}
+    (tmp_path / "ctr" / "cache").mkdir()
+    pch = subprocess.run([sys.executable, "-c", "from cachesvc_client import roots; print(roots.resolve_root('pch'))"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert pch.startswith(env["TMPDIR"]) and "pch" in roots.SHARED_ROLES
+    os.makedirs(pch)
+    with open(os.path.join(pch, "neighbour.h.gch"), "wb") as f:
+        f.write(os.urandom(50_000))
+    out = cli(env, "publish", "--name", NAME, "--shape", SHAPE)
+    assert out.returncode == 1 and out.stdout == "", out
+    line = one_line(out.stderr)
+    assert "nothing to publish" in line and "not this compile's" in line, line
+    assert live_server.app.test_client().get("/api/v1/entries", headers={
+        "Authorization": f"Bearer {live_server.app.config['TOKENS']['read']}"}).json["total"] == 0
+
+
 #: some other web server at the configured URL: an HTML 404 of several lines for everything
 NOT_CACHESVC = b"<html>\n<head><title>404 Not Found</title></head>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n"
 
@@ -169,7 +219,7 @@ def test_another_web_server_at_the_url_is_a_miss_told_in_one_line(tmp_path):
     with foreign_web_server(NOT_CACHESVC) as url:
         env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": url}
         out = cli(env, "restore", "--name", NAME, "--shape", SHAPE)
-    assert out.returncode == 0 and out.stdout == "", out
+    assert out.returncode == 0 and one_line(out.stdout).startswith(f"restore {NAME} [{SHAPE}]: miss"), out
     line = one_line(out.stderr)
     assert line.startswith("cachesvc-client: warning: ") and "404" in line and "cold" not in line
     assert (out.stdout + out.stderr).count("Not Found</h1>") <= 1

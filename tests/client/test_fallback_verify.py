@@ -60,6 +60,25 @@ def test_a_miss_reports_logs_and_prints_the_nearest_entries_and_what_differs(liv
 
 
 @LOCAL
+def test_a_second_miss_of_the_same_key_does_not_name_the_nearest_entries_again(live_server, tmp_path, monkeypatch,
+                                                                                caplog):
+    """The one call restores its package, then its snapshot: the log names the nearest entries once."""
+    publish_files(live_server, monkeypatch, tmp_path / "a", "f32[8,256]", {"fxgraph/g": b"g" * 100})
+    enter_container(monkeypatch, tmp_path / "b")
+    client = client_for(live_server)
+    with caplog.at_level("INFO", logger="cachesvc_client"):
+        package = client.restore(NAME, "f32[4,256]", env=ENV, kind="pt2-package")
+        snapshot = client.restore(NAME, "f32[4,256]", env=ENV)
+    assert not package.hit and not snapshot.hit and package.nearest and snapshot.nearest
+    misses = [r.getMessage() for r in caplog.records if ": miss (" in r.getMessage()]
+    assert len(misses) == 2 and sum("f32[4,256] != f32[8,256]" in m for m in misses) == 1, misses
+    assert misses[1].endswith("nearest: as above"), misses
+    with caplog.at_level("INFO", logger="cachesvc_client"):
+        client.restore(NAME, "f32[2,256]", env=ENV)  # another key: its own nearest line
+    assert "f32[2,256] != f32[8,256]" in caplog.records[-1].getMessage()
+
+
+@LOCAL
 def test_fallback_shape_restores_another_shape_labelled_in_the_report(live_server, tmp_path, monkeypatch):
     publish_files(live_server, monkeypatch, tmp_path / "a", "f32[8,256]", {"fxgraph/g": b"g" * 100, "ab/k.so": b"k"})
     b = enter_container(monkeypatch, tmp_path / "b")

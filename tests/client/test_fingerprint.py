@@ -105,6 +105,24 @@ def test_import_does_not_import_torch():
     assert out == {"torch": False, "triton": False}
 
 
+def test_triton_version_is_read_without_importing_triton(tmp_path):
+    """A CUDA build of torch brings triton; the fingerprint reads its version from the distribution's
+    metadata, so a process that loads a precompiled package never imports it (its own import time)."""
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "__init__.py").write_text("raise RuntimeError('triton was imported')\n")
+    dist = tmp_path / "triton-3.9.9.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 3.9.9\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESVC_ENV_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p])
+    out = run_python("""
+        import json, sys
+        from cachesvc_client import fingerprint
+        print(json.dumps({"triton": fingerprint._triton_version(), "imported": "triton" in sys.modules}))
+    """, env=env)
+    assert out == {"triton": "3.9.9", "imported": False}
+
+
 def test_fully_overridden_environment_never_imports_torch(clean_overrides):
     env = dict(os.environ)
     for field in FIELDS:

@@ -24,6 +24,7 @@ from typing import Dict, Iterator, List
 import pytest
 import requests
 
+from cachesvc_client import keyenv
 from demo.containers import REPO, Container
 from demo.models import signature
 from demo.service import ServiceProcess
@@ -115,7 +116,10 @@ def test_an_init_container_without_torch_restores_with_the_apps_env_file_and_the
         cold = app.run_worker("--model", MODEL, "--publish", **svc.client_env())
         assert cold["counters"].get("fxgraph_cache_miss", 0) >= 1 and cold["publish"]["status"] == "committed"
         made = run([str(Path(sys.executable).parent / "cachesvc-client"), "env", "--json"], app.env())  # image build
-        assert made.returncode == 0 and made.stderr == "", made.stderr
+        assert made.returncode == 0, made.stderr
+        # nothing on a CPU build; a CUDA build on a GPU-less runner warns that the file names no GPU, and only that
+        said = "".join(f"cachesvc-client: warning: {w}\n" for w in keyenv.write_warnings(json.loads(made.stdout)))
+        assert made.stderr == said
         env_file = tmp_path / "env.json"
         env_file.write_text(made.stdout)
 

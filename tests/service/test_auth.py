@@ -46,17 +46,20 @@ ROUTES = [
     ("POST", "/logout", None),  # CSRF-checked, as every form on the pages (test_pages_signin.py)
     ("GET", "/admin/purge", "admin"),
     ("POST", "/admin/purge", "admin"),
+    ("GET", "/admin/purge/done", "admin"),
     ("GET", "/admin/audit", "admin"),
     ("GET", "/admin/tokens", "admin"),
     ("POST", "/admin/tokens", "admin"),
+    ("GET", "/admin/tokens/1/revoke", "admin"),
     ("POST", "/admin/tokens/1/revoke", "admin"),
     ("GET", "/healthz", None),
+    ("GET", "/assets/cachesvc.css", None),  # the pages' stylesheet: the sign-in page needs it too
     ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off
     ("GET", "/api/v1/openapi.json", None),
     ("GET", "/api/v1/docs", None),  # the browsable API (Swagger UI) and its JS/CSS: the operations keep their scopes
     ("GET", "/api/v1/docs/assets/swagger-ui.css", None),
     ("GET", "/api/v1/docs/init.js", None),  # what starts Swagger UI (no inline script under the CSP)
-    ("GET", "/static/pages/pages.css", None),  # the pages' stylesheet
+    ("GET", "/assets/cachesvc.css", None),  # the pages' stylesheet
     ("GET", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "read"),
     ("PUT", "/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::abc:c1", "write"),
 ]

@@ -197,7 +197,7 @@ def test_index_page_groups_by_name_and_filters_without_javascript(client, catalo
     html = page.get_data(as_text=True)
     assert "<script" not in html
     assert "Set-Cookie" not in page.headers, "a bearer token's request starts no session"
-    assert re.findall(r"<h2>([^<]+)</h2>", html) == ["bert", "mlp"]
+    assert re.findall(r"<h2>([^<]+)</h2>", html) == ["bert", "mlp"], "newest first: bert, then the five mlp"
     assert html.count('<tr class="entry">') == 6
     filtered = client.get("/", query_string={"torch": "2.12.0"}).get_data(as_text=True)
     assert filtered.count('<tr class="entry">') == 1 and "2.12.0" in filtered
@@ -212,6 +212,9 @@ def test_entry_page_shows_versions_and_files(client):
     assert "resnet" in html and f"Version {done['version']['id']}" in html
     assert "fxgraph/ab/graph1" in html and sha(b"graph")[:16] in html
     assert "ab/c&lt;b&gt;.py" in html, "paths are escaped"
+    assert "2 files," in html and "(s)" not in html
+    one = publish(client, {"a.py": b"a"}, key(name="solo"))["version"]
+    assert "1 file," in client.get(f"/entries/{one['entry_id']}").get_data(as_text=True)
     assert client.get("/entries/99999").status_code == 404
 
 
@@ -223,7 +226,7 @@ def test_stats_page_draws_stored_bytes_and_restores_as_svg(client):
     assert "<script" not in html
     svg = html[html.index("<svg"):html.index("</svg>")]
     assert svg.count('class="restores"') == 7 and 'class="stored"' in svg
-    assert "1 restores" in svg and "5.0 kB" in html
+    assert "1 restore</title>" in svg and "5.0 kB" in html
 
 
 def _verdict(client, version_id: int, verdict: str, first_call: float = 1.0) -> None:

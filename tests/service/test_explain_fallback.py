@@ -56,6 +56,20 @@ def test_nearest_is_ranked_by_differing_fields_and_skips_strangers(client):
     assert resolve(client, key(name="nobody", torch="9"))["nearest"] == []
 
 
+def test_nearest_means_close_the_same_name_first_and_never_another_model_with_other_inputs(client):
+    """Issue 27 item 13: the distance is (another name, then fields that differ). An entry of the same
+    environment that differs in name, shape and tags at once is not near; one of the same name is nearer
+    than another name however many environment fields it differs in."""
+    publish(client, {"a": b"1"}, key(name="bert", shape="f32[1,128]", tags={"mode": "max"}))   # a stranger
+    publish(client, {"a": b"2"}, key(shape="f32[8,256]", torch="2.12.0", python="3.12", cuda="12.1"))
+    publish(client, {"a": b"3"}, key(name="mlp-v2", shape="f32[8,256]"))                      # a rename
+    answer = resolve(client, key(shape="f32[8,256]"))
+    names = [n["entry"]["name"] for n in answer["nearest"]]
+    assert names == ["mlp", "mlp-v2"], answer["nearest"]
+    assert [len(n["differs"]) for n in answer["nearest"]] == [3, 1], "the same name first, then fewest fields"
+    assert resolve(client, key(name="gpt", shape="f32[2]", tags={"x": "y"}))["nearest"] == []
+
+
 def test_an_entry_without_a_committed_version_is_not_offered(client):
     client.post("/api/v1/versions", json={"key": key(shape="pending"), "roots": {"inductor": "/c"},
                                           "files": [{"root": "inductor", "path": "p", "sha256": "0" * 64,

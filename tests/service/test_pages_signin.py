@@ -120,7 +120,8 @@ def test_page_errors_are_html_for_browsers_and_json_otherwise(client):
     assert bad.status_code == 400 and "sort must be one of" in bad.get_data(as_text=True)
     assert client.get("/api/v1/entries/99999", headers=HTML).json["error"]["code"] == "not_found"
     forbidden = client.get("/admin/audit", headers=HTML)  # the write token
-    assert forbidden.status_code == 403 and "this needs `admin`" in forbidden.get_data(as_text=True)
+    assert forbidden.status_code == 403 and "this needs <code>admin</code>" in forbidden.get_data(as_text=True)
+    assert "`" not in forbidden.get_data(as_text=True), "the error's Markdown code spans are rendered, not shown"
 
 
 @SQLITE
@@ -130,7 +131,9 @@ def test_read_tokens_see_no_admin_control_and_get_403_on_admin_pages(people, tok
     html = people.get(f"/entries/{entry_id}", headers=HTML).get_data(as_text=True)
     assert "Purge" not in html and "/admin/" not in html
     for path in ("/admin/purge?entry=1", "/admin/audit", "/admin/tokens"):
-        assert people.get(path, headers=HTML).status_code == 403
+        refused = people.get(path, headers=HTML)
+        assert refused.status_code == 403
+        assert re.search(r'signed in as <strong id="me">test-read</strong> \(read\)', refused.get_data(as_text=True))
 
 
 @SQLITE
@@ -148,8 +151,12 @@ def test_admin_purges_a_version_from_its_page_after_a_dry_run_preview(people, to
     assert "<strong>1</strong>" in html and "<strong>500 B</strong>" in html, "only b.py goes: shared.bin stays"
     assert client.get("/api/v1/resolve", query_string=resolve_params(k)).json["version"]["id"] == new["id"]
 
-    done = people.post("/admin/purge", data={"version": str(new["id"]), "csrf_token": csrf_of(html)}, headers=HTML)
-    assert done.status_code == 200 and "1 version(s) purged" in done.get_data(as_text=True)
+    posted = people.post("/admin/purge", data={"version": str(new["id"]), "csrf_token": csrf_of(html)}, headers=HTML)
+    assert posted.status_code == 303 and posted.headers["Location"].endswith("/admin/purge/done"), "post-redirect-get"
+    done = people.get("/admin/purge/done", headers=HTML)
+    assert done.status_code == 200 and "1 version purged" in done.get_data(as_text=True)
+    refreshed = people.get("/admin/purge/done", headers=HTML)
+    assert refreshed.status_code == 303, "a refresh shows the outcome no second time and purges nothing"
     assert client.get("/api/v1/resolve", query_string=resolve_params(k)).json["version"]["id"] == old["id"]
     records = people.get("/admin/audit", query_string={"action": "purge"}, headers=HTML).get_data(as_text=True)
     assert records.count('<tr class="record">') == 1 and "token:test-admin" in records
@@ -168,19 +175,31 @@ def test_admin_purges_a_version_from_its_page_after_a_dry_run_preview(people, to
 def test_admin_creates_a_token_seen_once_and_revokes_it(people, tokens, app):
     sign_in(people, tokens["admin"])
     page = people.get("/admin/tokens", headers=HTML).get_data(as_text=True)
-    made = people.post("/admin/tokens", data={"name": "fleet", "scope": "read", "csrf_token": csrf_of(page)},
-                       headers=HTML)
-    assert made.status_code == 201 and made.headers["Cache-Control"] == "no-store"
+    posted = people.post("/admin/tokens", data={"name": "fleet", "scope": "read", "csrf_token": csrf_of(page)},
+                         headers=HTML)
+    assert posted.status_code == 303 and posted.headers["Location"].endswith("/admin/tokens"), "post-redirect-get"
+    made = people.get("/admin/tokens", headers=HTML)
+    assert made.status_code == 200 and made.headers["Cache-Control"] == "no-store"
     secret = re.search(r'id="secret">(cs_[^<]+)<', made.get_data(as_text=True)).group(1)
+    assert [t["name"] for t in actions.list_tokens(app.extensions["cachesvc"])["tokens"]].count("fleet") == 1
     fleet = app.test_client()
     assert fleet.get("/api/v1/entries", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
     listing = people.get("/admin/tokens", headers=HTML).get_data(as_text=True)
     assert "fleet" in listing and secret not in listing, "shown once"
     bad = people.post("/admin/tokens", data={"name": "", "scope": "root", "csrf_token": csrf_of(listing)}, headers=HTML)
     assert bad.status_code == 400 and "invalid token" in bad.get_data(as_text=True)
+    twice = people.post("/admin/tokens", data={"name": "fleet", "scope": "read", "csrf_token": csrf_of(listing)},
+                        headers=HTML)
+    assert twice.status_code == 400 and "already active" in twice.get_data(as_text=True)
     fleet_id = next(t["id"] for t in actions.list_tokens(app.extensions["cachesvc"])["tokens"] if t["name"] == "fleet")
-    gone = people.post(f"/admin/tokens/{fleet_id}/revoke", data={"csrf_token": csrf_of(listing)})
+    assert f'href="/admin/tokens/{fleet_id}/revoke"' in listing, "Revoke opens a confirmation first"
+    ask = people.get(f"/admin/tokens/{fleet_id}/revoke", headers=HTML)
+    assert ask.status_code == 200 and 'id="confirm-revoke"' in ask.get_data(as_text=True)
+    assert fleet.get("/api/v1/entries", headers={"Authorization": f"Bearer {secret}"}).status_code == 200, \
+        "asking changed nothing"
+    gone = people.post(f"/admin/tokens/{fleet_id}/revoke", data={"csrf_token": csrf_of(ask.get_data(as_text=True))})
     assert gone.status_code == 303
+    assert people.get(f"/admin/tokens/{fleet_id}/revoke", headers=HTML).status_code == 404, "revoked already"
     assert fleet.get("/api/v1/entries", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
     audit = people.get("/admin/audit", headers=HTML).get_data(as_text=True)
     assert "token.create" in audit and "token.revoke" in audit

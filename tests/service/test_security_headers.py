@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.parametrize("storage_settings", ["local"], indirect=Tr
 
 PATHS = ["/", "/stats", "/login", "/admin/tokens", "/admin/audit", "/api/v1/docs", "/api/v1/openapi.json",
          "/api/v1/entries", "/api/v1/stats", "/healthz", "/metrics", "/no/such/page", "/api/v1/docs/init.js",
-         "/static/pages/pages.css"]
+         "/assets/cachesvc.css"]
 
 
 def test_every_page_api_answer_and_error_forbids_framing_and_inline_code(app, tokens):

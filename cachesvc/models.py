@@ -209,7 +209,7 @@ class Token(Base):
     __tablename__ = "tokens"
     __table_args__ = (UniqueConstraint("token_hash", name="uq_tokens_token_hash"),
                       # one active token per name, so `token revoke NAME` means one token; a revoked
-                      # token's name may be given again (migration i27_unique_token_names)
+                      # token's name may be given again (migration 0015_unique_token_names)
                       Index("uq_tokens_active_name", "name", unique=True,
                             sqlite_where=text("revoked_at IS NULL"), postgresql_where=text("revoked_at IS NULL")))
 

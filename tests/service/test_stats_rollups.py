@@ -132,7 +132,7 @@ def test_the_migration_fills_the_totals_from_the_events_already_there(app, clien
         before = from_events(s)
         t = browse.totals(s)
     svc.db.engine.dispose()  # PostgreSQL: no pooled connection holds the table the downgrade drops
-    command.downgrade(cachesvc_db.alembic_config(database_url), "i26_page_sessions")
+    command.downgrade(cachesvc_db.alembic_config(database_url), "0011")
     cachesvc_db.upgrade(database_url)
     with svc.db.session() as s:
         assert s.scalar(select(func.count()).select_from(EventRollup)) > 0

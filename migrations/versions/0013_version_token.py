@@ -1,7 +1,7 @@
 """versions.token_id: the token that created a version; only it gets its upload targets and commits it
 
-Revision ID: i26_version_token
-Revises: i26_event_rollups
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-02 07:20:00
 
 Another write token could fetch the upload targets of a pending version it did not create (and
@@ -12,8 +12,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = "i26_version_token"
-down_revision = "i26_event_rollups"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

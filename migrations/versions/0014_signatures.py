@@ -1,7 +1,7 @@
 """versions.signer_key, versions.signature: who signed a version (an Ed25519 signature of its manifest)
 
-Revision ID: i28_signatures
-Revises: 0010
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-02 06:40:00
 
 A builder with CACHESVC_SIGNING_KEY sends an Ed25519 signature of the version's
@@ -13,8 +13,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = "i28_signatures"
-down_revision = "i26_version_token"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

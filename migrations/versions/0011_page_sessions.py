@@ -1,6 +1,6 @@
 """page_sessions: sign-ins on the pages that the server can end (sign-out deletes the row)
 
-Revision ID: i26_page_sessions
+Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-02 07:00:00
 
@@ -12,7 +12,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = "i26_page_sessions"
+revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None

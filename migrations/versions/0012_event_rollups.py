@@ -1,7 +1,7 @@
 """event_rollups: running totals of events per day and kind, for stats that cost the same at any age
 
-Revision ID: i26_event_rollups
-Revises: i26_page_sessions
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-02 07:10:00
 
 The stats and /metrics summed the whole events table (0.5-3.9 s a scrape at a million rows); they
@@ -12,8 +12,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = "i26_event_rollups"
-down_revision = "i26_page_sessions"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """tokens: one active token per name (a partial unique index), so `token revoke NAME` revokes one
 
-Revision ID: i27_0011
-Revises: 0010
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-02 07:00:00
 
 Names could repeat, and revoking by name revoked every token of that name. Active
@@ -13,8 +13,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = "i27_0011"
-down_revision = "i28_signatures"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

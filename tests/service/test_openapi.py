@@ -12,7 +12,8 @@ HTML = {"web.index", "web.entry", "web.stats_page", "account.login", "account.lo
         "web_admin.purge_preview", "web_admin.purge_confirmed", "web_admin.audit_page", "web_admin.tokens_page",
         "web_admin.create_token", "web_admin.revoke_token", "web_admin.purge_done",
         "web_admin.revoke_confirm"}  # the pages (auth.PAGE_BLUEPRINTS): not the API
-DOCS = {"api-docs.openapi_swagger_ui", "api_docs_assets.asset"}
+DOCS = {"api-docs.openapi_swagger_ui", "api_docs_assets.asset", "api_docs_assets.init_script",
+        "web.static"}  # Swagger UI's page, its files and start-up script, the pages' stylesheet
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -52,9 +53,14 @@ def test_swagger_ui_at_api_v1_docs_serves_its_own_assets_and_needs_no_token(app)
     page = anonymous.get("/api/v1/docs")
     assert page.status_code == 200 and page.mimetype == "text/html"
     html = page.get_data(as_text=True)
-    assert 'url: "/api/v1/openapi.json"' in html and "SwaggerUIBundle(config)" in html
+    assert 'data-spec-url="/api/v1/openapi.json"' in html and "<script>" not in html  # no inline script (CSP)
+    init = anonymous.get("/api/v1/docs/init.js")
+    assert init.status_code == 200 and "SwaggerUIBundle(config)" in init.get_data(as_text=True)
+    init.close()
     assets = re.findall(r'(?:src|href)="([^"]+)"', html)
-    assert len(assets) == 3 and all(a.startswith("/api/v1/docs/assets/") for a in assets), assets  # no CDN
+    assert len(assets) == 4 and "/api/v1/docs/init.js" in assets, assets
+    assets.remove("/api/v1/docs/init.js")
+    assert all(a.startswith("/api/v1/docs/assets/") for a in assets), assets  # no CDN
     for url in assets:
         resp = anonymous.get(url)
         assert resp.status_code == 200 and resp.mimetype in ("text/javascript", "text/css"), url

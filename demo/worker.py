@@ -207,8 +207,8 @@ def main() -> None:
         elif args.one_call:
             import cachesvc_client
 
-            call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
-                                           client=client, publish=args.publish, verify=args.verify_first)
+            call = cachesvc_client.compile(model, inputs, kwargs, name=name, mode=mode, client=client,
+                                           publish=args.publish, verify=args.verify_first)
             if args.warm_batch:
                 call(torch.randn(args.warm_batch, *inputs[0].shape[1:], device=inputs[0].device))
         elif precompiled:
@@ -238,7 +238,8 @@ def main() -> None:
         out["compile"] = {"calls": dict(call.calls), "route": call.route, "source": call.source, "miss_reason": call.miss_reason,
                           "load_s": call.load_seconds, "cuda_graph": call.cuda_graph, "capture_s": call.capture_seconds,
                           "why": call.calls.why, "causes": call.calls.causes, "verify_s": call.verify_seconds,
-                          "tags": call.tags, "report_warnings": call.report.warnings if call.report else []}
+                          "tags": call.tags, "report_warnings": call.report.warnings if call.report else [],
+                          "capture_phases": call.capture_phases}
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}

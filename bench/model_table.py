@@ -28,7 +28,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -66,10 +66,19 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int) -> 
            "compiled_step_ms": floor["step_ms"], "restart_step_ms": restart["step_ms"],
            "eager_step_ms": eager["step_ms"], "x_compiled": restart["step_ms"] / floor["step_ms"],
            "seed_first_call_s": seed["first_call_s"], "build_s": artifact.get("build_s"),
-           "package_mb": (artifact.get("bytes") or 0) / 1e6 or None, "artifact": artifact.get("status") or artifact}
+           "package_mb": (artifact.get("bytes") or 0) / 1e6 or None, "artifact": artifact.get("status") or artifact,
+           "capture_s": restart["compile"].get("capture_s"), "capture_phases": restart["compile"].get("capture_phases")}
     for ctr in ("seed", "eager", "restart"):
         shutil.rmtree(work / "containers" / f"{ctr}-{stem}", ignore_errors=True)
     return row
+
+
+def plan(args: argparse.Namespace) -> List[Tuple[str, str]]:
+    """The rows to run: (demo model name, mode), from --rows or the product of --models, --dtypes, --modes."""
+    if args.rows:
+        return [(spec.partition("@")[0], spec.partition("@")[2] or "default") for spec in args.rows.split(",")]
+    return [(row_model(base, dtype), mode) for base in args.models.split(",") for dtype in args.dtypes.split(",")
+            for mode in args.modes.split(",")]
 
 
 def markdown(rows: List[Dict]) -> str:
@@ -95,6 +104,8 @@ def main(argv=None) -> List[Dict]:
     p.add_argument("--dtypes", default="fp32,bf16", help="fp32, bf16, fp16 (transformers' models)")
     p.add_argument("--modes", default="default,reduce-overhead", help="torch.compile modes")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--rows", default=None, help="rows in place of models x dtypes x modes: MODEL[-DTYPE]@MODE, "
+                                                 "comma-separated (e.g. bert@default,gpt2-bf16@reduce-overhead)")
     p.add_argument("--steps", type=int, default=20, help="calls timed after the first (steady state)")
     p.add_argument("--out", default=None, help="write the JSON here (after every row)")
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed)")
@@ -106,20 +117,17 @@ def main(argv=None) -> List[Dict]:
     t0 = time.monotonic()
     try:
         with service(work / "svc", svc_env) as svc:
-            for base in args.models.split(","):
-                for dtype in args.dtypes.split(","):
-                    for mode in args.modes.split(","):
-                        model = row_model(base, dtype)
-                        try:
-                            rows.append(run_row(work, svc, model, mode, args.device, args.steps))
-                        except RuntimeError as exc:  # a worker that failed: the row says so, the table goes on
-                            rows.append({"model": model, "mode": mode, "error": " ".join(str(exc).split())[-300:]})
-                        r = rows[-1]
-                        log(f"{model:16} {mode:16} " + (f"failed: {r['error'][:200]}" if "error" in r else
-                            f"{r['route']:9} x eager {r['x_eager']:.2f}  x torch.compile {r['x_compiled']:.2f}"))
-                        if args.out:
-                            write_json(Path(args.out), {"section": "model-table", "rows": rows,
-                                                        "seconds": time.monotonic() - t0})
+            for model, mode in plan(args):
+                try:
+                    rows.append(run_row(work, svc, model, mode, args.device, args.steps))
+                except RuntimeError as exc:  # a worker that failed: the row says so, the table goes on
+                    rows.append({"model": model, "mode": mode, "error": " ".join(str(exc).split())[-300:]})
+                r = rows[-1]
+                log(f"{model:16} {mode:16} " + (f"failed: {r['error'][:200]}" if "error" in r else
+                    f"{r['route']:9} x eager {r['x_eager']:.2f}  x torch.compile {r['x_compiled']:.2f}"))
+                if args.out:
+                    write_json(Path(args.out), {"section": "model-table", "device": args.device, "rows": rows,
+                                                "seconds": time.monotonic() - t0})
         print(markdown(rows))
         return rows
     finally:

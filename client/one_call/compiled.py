@@ -76,6 +76,8 @@ class CompiledModel:
                      "options": _options_digest(mode, torch_compile_kwargs)}
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
+        #: a hit's first torch.compile call: how long it waited for the background snapshot restore
+        self.snapshot_wait_seconds: Optional[float] = None
         self.require_hit = support.require_hit(require_hit)
         self._verify = verify
         self._runner: Optional[Runner] = None
@@ -146,10 +148,12 @@ class CompiledModel:
         future, self._snapshot_future = self._snapshot_future, None
         if future is None:
             return
+        started = time.monotonic()
         try:
             self.snapshot = future.result(timeout=SNAPSHOT_WAIT_S)
         except Exception as exc:  # noqa: BLE001 - a late or failed restore: torch.compile compiles cold
             log.warning("cachesvc compile %s: the background snapshot restore did not finish: %s", self.name, exc)
+        self.snapshot_wait_seconds = time.monotonic() - started
 
     # -- calls -------------------------------------------------------------------------------------
 

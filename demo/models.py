@@ -1,13 +1,17 @@
 """Small models that compile in seconds on a CPU (and the same on a GPU)."""
 from __future__ import annotations
 
+from demo import hf_models
 
-MODELS = "mlp, mlp-b<N>, mlp-wide, tiny, encoder, encoder6, resnet50, vit_b_16"
+MODELS = ("mlp, mlp-b<N>, mlp-wide, tiny, encoder, encoder6, torchvision's resnet50, vit_b_16, convnext_tiny, "
+          "efficientnet_b0, and transformers' "
+          f"{', '.join(hf_models.FAMILIES)} (-large, -bf16, -fp16: demo/hf_models.py)")
 
 
 def input_dims(name: str) -> tuple:
     """The example input's dimensions for ``name`` (one float32 tensor), known without torch."""
-    dims = {"mlp": (8, 256), "tiny": (8, 64), "mlp-wide": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224)}
+    dims = {"mlp": (8, 256), "tiny": (8, 64), "mlp-wide": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224),
+            "convnext_tiny": (8, 3, 224, 224), "efficientnet_b0": (8, 3, 224, 224)}
     if name.startswith("mlp-b") and name[5:].isdigit():
         return (int(name[5:]), 256)
     if name not in dims:
@@ -16,8 +20,18 @@ def input_dims(name: str) -> tuple:
 
 
 def signature(name: str) -> str:
-    """``shape_signature`` of ``build(name)``'s inputs, without importing torch (a restore can start first)."""
+    """``shape_signature`` of ``build_call(name)``'s inputs, without importing torch (a restore can start first)."""
+    if hf_models.is_hf(name):
+        return hf_models.signature(name)
     return f"f32[{','.join(str(d) for d in input_dims(name))}]"
+
+
+def build_call(name: str, device: str = "cpu"):
+    """Return (model, args, kwargs): how ``name`` is called (transformers' models take keyword arguments)."""
+    if hf_models.is_hf(name):
+        return hf_models.build(name, device)
+    model, inputs = build(name, device)
+    return model, inputs, {}
 
 
 def build(name: str, device: str = "cpu"):
@@ -45,7 +59,7 @@ def build(name: str, device: str = "cpu"):
     elif name == "encoder6":  # the GPU transformer: 6 layers, d=512, batch 8, sequence 128
         layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True, dropout=0.0)
         model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
-    else:  # resnet50 or vit_b_16 (input_dims refused any other name)
+    else:  # a torchvision model (input_dims refused any other name)
         import torchvision
 
         model = getattr(torchvision.models, name)(weights=None)

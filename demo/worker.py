@@ -52,12 +52,19 @@ def _precompiled(kind: str, model, inputs, report, path: str):
     return torch._inductor.aoti_load_package(path), "compiled"
 
 
+def _leaves(result):
+    """The tensors of a model's output (a tensor, a tuple, a dict, a transformers ModelOutput), in order."""
+    from torch.utils import _pytree as pytree
+
+    return [t for t in pytree.tree_leaves(result) if hasattr(t, "clone")]
+
+
 def _forward(model, *inputs):
     """What aot-function precompiles: the model is an argument, so its weights stay out of the artifact."""
     return model(*inputs)
 
 
-def _steps(call, inputs, n: int, device: str) -> float:
+def _steps(call, inputs, kwargs, n: int, device: str) -> float:
     """Median milliseconds of one call over ``n`` calls after the first (steady state)."""
     import statistics
 
@@ -66,7 +73,7 @@ def _steps(call, inputs, n: int, device: str) -> float:
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        call(*inputs)
+        call(*inputs, **kwargs)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t) * 1000)
@@ -142,7 +149,7 @@ def main() -> None:
                         "its dict goes under 'after'")
     args = p.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from demo.models import build, signature
+    from demo.models import build_call, signature
 
     from cachesvc_client import CacheClient, shape_signature
 
@@ -157,12 +164,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    model, inputs = build(args.model, args.device)
+    model, inputs, kwargs = build_call(args.model, args.device)
     if args.scale_weights is not None:
         with torch.no_grad():
             for param in model.parameters():
                 param.mul_(args.scale_weights)
-    shape = shape_signature(*inputs)
+    shape = shape_signature(*inputs, kwargs) if kwargs else shape_signature(*inputs)
     precompiled = args.kind in ("aot-function", "pt2-package")
     report = None
     if args.restore:
@@ -201,25 +208,27 @@ def main() -> None:
             import cachesvc_client
 
             checked = {"verify": True} if args.verify_first else {}  # only when asked: an older client lacks it
-            call = cachesvc_client.compile(model, inputs, name=name, mode=mode, client=client, publish=args.publish,
-                                           **checked)
+            # keywords only when the model takes them: an older client's compile() has no kwargs argument
+            call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
+                                           client=client, publish=args.publish, **checked)
             if args.warm_batch:
                 call(torch.randn(args.warm_batch, *inputs[0].shape[1:], device=inputs[0].device))
         elif precompiled:
             call, out["precompiled"] = _precompiled(args.kind, model, inputs, report, artifact)
         else:
             call = torch.compile(model, mode=mode)
-        result = call(*inputs)
+        result = call(*inputs, **kwargs)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         out["first_call_s"] = time.perf_counter() - t
         out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
         out["imported"] = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton")}
-        result = result.clone()  # reduce-overhead: torch.compile's CUDA graph overwrites its output at the next call
+        # reduce-overhead: torch.compile's CUDA graph overwrites its output at the next call
+        got = [t.clone() for t in _leaves(result)]
         # eager's reference after the first output: a call before it would warm what the first call pays
-        expected = result if args.eager else model(*inputs)
-        out["step_ms"] = _steps(call, inputs, args.steps, args.device) if args.steps else None
-    out["max_abs_diff"] = float((result - expected).abs().max())
+        expected = got if args.eager else _leaves(model(*inputs, **kwargs))
+        out["step_ms"] = _steps(call, inputs, kwargs, args.steps, args.device) if args.steps else None
+    out["max_abs_diff"] = max(float((g.float() - e.float()).abs().max()) for g, e in zip(got, expected))
     if args.also_batch:
         with torch.no_grad():
             other = torch.randn(args.also_batch, *inputs[0].shape[1:], device=inputs[0].device)
@@ -227,6 +236,7 @@ def main() -> None:
             got = call(other)
             out["also_batch_s"] = time.perf_counter() - t  # the off-spec call: torch.compile, cold or from the cache
             out["also_batch_max_abs_diff"] = float((got - model(other)).abs().max())
+    out["output_type"] = type(result).__name__  # a ModelOutput stays one through the one call
     if args.replace_weights:
         out["replaced_max_abs_diff"] = _replaced(args.replace_weights, model, call, inputs)
     if args.one_call:
@@ -235,7 +245,8 @@ def main() -> None:
                           "why": getattr(call.calls, "why", None), "causes": getattr(call.calls, "causes", None),
                           "verify_s": getattr(call, "verify_seconds", None),
                           "snapshot_wait_s": getattr(call, "snapshot_wait_seconds", None),
-                          "tags": call.tags, "report_warnings": call.report.warnings if call.report else []}
+                          "tags": call.tags, "report_warnings": call.report.warnings if call.report else [],
+                          "capture_phases": getattr(call, "capture_phases", None)}
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}

@@ -3,6 +3,9 @@
     model = cachesvc_client.compile(model, (x,), name="ranker")   # in place of torch.compile(model)
     with torch.no_grad():
         y = model(x)
+    seq = torch.export.Dim("seq", min=2, max=512)                   # padded lengths 2..512: one package
+    bert = cachesvc_client.compile(bert, kwargs={"input_ids": ids, "attention_mask": mask}, name="bert",
+                                   dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}})
     model.wait_published()                                          # a build job: wait for the publish
 
 A hit: the key (name, the inputs' shape signature, mode, the model's structure
@@ -18,7 +21,8 @@ thread (``wait_published``).
 The steps, one module each:
 
     support.py    can this torch and host take the package route (choose_route, check_host)
-    spec.py       what a call must match to be served by the package; the structure fingerprint
+    spec.py       the structure fingerprint; calls that want autograd
+    calls.py      what a call must match to be served by the package (arguments, declared shapes)
     identity.py   the code and the non-tensor configuration the key also covers
     binding.py    the live tensors a hit runs on; replaced ones are seen and rebound
     compiled.py   CompiledModel: a hit's runner, else torch.compile; the publish after a miss
@@ -41,11 +45,18 @@ from .support import ROUTE_VAR, ROUTES, choose_route
 __all__ = ["CompiledModel", "ROUTES", "ROUTE_VAR", "choose_route", "compile"]
 
 
-def compile(model: Any, example_inputs: Sequence[Any], *, name: str, mode: Optional[str] = None,  # noqa: A001
-            client: Any = None, tags: Optional[Mapping[str, str]] = None, publish: Optional[bool] = None,
+def compile(model: Any, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None, *,  # noqa: A001
+            name: str, mode: Optional[str] = None, client: Any = None, tags: Optional[Mapping[str, str]] = None,
+            publish: Optional[bool] = None, dynamic_shapes: Any = None, examples: Optional[Sequence[Any]] = None,
             verify: bool = False, require_hit: Optional[bool] = None, **torch_compile_kwargs: Any) -> CompiledModel:
     """Return a callable that behaves like ``torch.compile(model, mode=mode, **torch_compile_kwargs)``.
 
+    ``args`` and ``kwargs``: an example call, in torch.export's form (``model(*args, **kwargs)``); the
+    package serves calls with the same keywords and tensors like these (calls.py). More shapes, in
+    one package: ``dynamic_shapes`` (torch.export's, each varying dim a ``Dim(name, min=, max=)``)
+    serves every size in the ranges; ``examples`` (further example calls: argument tuples, or keyword
+    dicts) serves exactly those shapes. A call outside them runs torch.compile (one log line); shapes
+    declared wrongly raise ValueError (the message names the argument).
     ``client``: a CacheClient (default: ``CacheClient()``, from ``$CACHESVC_URL`` and ``$CACHESVC_TOKEN``).
     ``publish``: publish after a miss's first call (default: when the client has a token).
     ``tags`` are added to the key. ``verify``: a hit's first call also runs eager and compares (one
@@ -54,6 +65,6 @@ def compile(model: Any, example_inputs: Sequence[Any], *, name: str, mode: Optio
     torch.compile on the declared inputs, raises CacheClientError (code ``miss``) naming why.
     Otherwise never raises for cache trouble: the model then compiles as usual.
     """
-    return CompiledModel(model, tuple(example_inputs), name=name, mode=mode, client=client, tags=tags,
+    return CompiledModel(model, tuple(args), dict(kwargs or {}), name=name, mode=mode, client=client, tags=tags,
                          publish=publish, torch_compile_kwargs=torch_compile_kwargs, verify=verify,
-                         require_hit=require_hit)
+                         require_hit=require_hit, declared={"dynamic_shapes": dynamic_shapes, "examples": examples})

@@ -19,8 +19,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 
 def live_constants(model: Any) -> Dict[str, Any]:
-    """The model's parameters and buffers by fully qualified name (what the package's constants are called)."""
-    return {name: t.detach() for name, t in (*model.named_parameters(), *model.named_buffers())}
+    """The model's parameters and buffers by fully qualified name (what the package's constants are called).
+
+    Every name of a shared tensor: a tied weight (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``)
+    is a constant of the package under each name, and ``named_parameters()`` alone gives only the first."""
+    named = (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False))
+    return {name: t.detach() for name, t in named}
 
 
 def _slots(model: Any) -> List[Tuple[str, dict, str]]:

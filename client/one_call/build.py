@@ -6,11 +6,12 @@ is linked with its own C++ runtime (cxx.py).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 from . import cxx as cxx_mod
 from ..artifacts import LoadFailed
@@ -29,14 +30,17 @@ BUILD_TIMERS = {
 }
 
 
-def build(exported: str, path: str, *, mode: Optional[str], timeout: float = 1800) -> Dict[str, float]:
+def build(exported: str, path: str, *, mode: Optional[str], imports: Sequence[str] = (),
+          timeout: float = 1800) -> Dict[str, float]:
     """Build the weightless package at ``path`` (.pt2) from the program ``export`` saved, in a child process.
+    ``imports``: the modules that define the program's pytree types (export.py says why the child needs them).
     Returns where the build's seconds went (``build_here``'s phases; empty when the child did not say).
 
     A child: Inductor's code generation is minutes of Python that would hold the GIL from the serving
     thread and patch process-wide config and fx state under it; a compiler or a build that crashes
     takes only the child."""
-    done = subprocess.run([sys.executable, "-m", f"{__package__}.child", "build", exported, path, mode or ""],
+    done = subprocess.run([sys.executable, "-m", f"{__package__}.child", "build", exported, path, mode or "",
+                           ",".join(imports)],
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise LoadFailed(f"building the package failed (exit {done.returncode}): {last_line(done)}")
@@ -53,7 +57,7 @@ def _phases(stdout: str) -> Dict[str, float]:
         return {}
 
 
-def build_here(exported: str, path: str, mode: Optional[str]) -> Dict[str, float]:
+def build_here(exported: str, path: str, mode: Optional[str], imports: Sequence[str] = ()) -> Dict[str, float]:
     """The child's part of ``build``; returns its phases in seconds: ``imports`` (torch, Inductor's config
     and the compiler wrapper's set-up, up to the build), ``package`` (``aoti_compile_and_package`` as a whole) and Inductor's own timers (``BUILD_TIMERS``).
     The wrapper is linked with its own C++ runtime (cxx.py says why); where that cannot be done no
@@ -73,6 +77,8 @@ def build_here(exported: str, path: str, mode: Optional[str]) -> Dict[str, float
         if cxx is None:
             raise LoadFailed(f"no self-contained package can be built here: {why_not}")
         options.update(cxx_mod.inductor_options(cxx))
+        for module in imports:  # the parent's own modules (export.spec_modules), never the network's
+            importlib.import_module(module)
         imported = time.monotonic()
         program = torch.export.load(exported)
         with torch.no_grad(), inductor_config.patch(options):

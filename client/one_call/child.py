@@ -1,15 +1,16 @@
 """The AOTInductor route's child processes (build.py, verify.py): build a package, or run one once.
 
-    python -m cachesvc_client.one_call.child build EXPORTED PACKAGE MODE
+    python -m cachesvc_client.one_call.child build EXPORTED PACKAGE MODE IMPORTS
     python -m cachesvc_client.one_call.child check PACKAGE GIVEN BACK DEVICE [graph]
 
-``build``: EXPORTED is the program export.py saved; the weightless
+``build``: EXPORTED is the program export.py saved (IMPORTS: the comma-separated
+modules that define its pytree types, imported first); the weightless
 package is built at PACKAGE with the self-contained compiler, and the last
 stdout line says where the seconds went. ``check``:
 verify.py runs it before a package is published: GIVEN (torch.save
-of {"constants": {fqn: tensor}, "inputs": [tensor]}) is loaded, the package
-is opened the way a hit opens it, run once, and its outputs are saved to
-BACK. With ``graph`` the run is captured into a CUDA graph first, on other
+of {"constants": {fqn: tensor}, "calls": [[tensor]], "imports": [module]}) is
+loaded, the package is opened the way a hit opens it, run once per call (each
+declared shape), and the outputs are saved to BACK. With ``graph`` the run is captured into a CUDA graph first, on other
 values of the constants, which are then put back in place: what is saved is
 a replay, so a graph that kept the weights it was captured with fails. A
 crash or an error here stops the publish, not the process that asked for it.
@@ -29,26 +30,32 @@ def capture_on_other_weights(runner, constants: dict, inputs: list) -> None:
         if t.is_floating_point():
             t.mul_(0.5)
     runner(*inputs)  # the capture
-    if runner.capture_seconds is None:
+    if runner.capture_seconds is None or not runner.cuda_graph:
         raise SystemExit(f"capturing the package's run into a CUDA graph failed: {runner.capture_error}")
     for name, t in constants.items():
         t.copy_(kept[name])
 
 
 def check(package: str, given: str, back: str, device: str, graph: str = "") -> None:
+    import importlib
+
     import torch
     from torch.utils import _pytree as pytree
 
     from cachesvc_client.one_call.runner import Runner
 
     data = torch.load(given, map_location=device)
-    constants, inputs = data["constants"], data["inputs"]
+    constants = data["constants"]
+    for module in data.get("imports", ()):  # the output's pytree types (export.py), before the loader reads them
+        importlib.import_module(module)
+    outputs = []
     with torch.no_grad():
         runner = Runner(package, constants, device, cuda_graph=bool(graph))
-        if graph:
-            capture_on_other_weights(runner, constants, inputs)
-        out = runner(*inputs)
-    torch.save([t.cpu() for t in pytree.tree_leaves(out)], back)
+        for inputs in data["calls"]:
+            if graph:
+                capture_on_other_weights(runner, constants, inputs)
+            outputs.append([t.cpu() for t in pytree.tree_leaves(runner(*inputs))])
+    torch.save(outputs, back)
 
 
 def main(argv) -> int:
@@ -58,8 +65,8 @@ def main(argv) -> int:
     verb, args = argv[0], argv[1:]
     try:
         if verb == "build":
-            exported, package, mode = args
-            phases = build.build_here(exported, package, mode or None)
+            exported, package, mode, imports = args
+            phases = build.build_here(exported, package, mode or None, [m for m in imports.split(",") if m])
             print(json.dumps({"build_phases": phases}))  # the last line: build.build reads it
         elif verb == "check":
             check(*args)

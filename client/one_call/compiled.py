@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Dict, Mapping, Optional
 
-from . import identity, publisher as publisher_mod, spec as spec_mod, support, verify as verify_mod
+from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support, verify as verify_mod
 from .binding import Binding
 from .runner import Runner
 from ..errors import CacheClientError
@@ -46,20 +46,27 @@ class Calls(dict):
 class CompiledModel:
     """What ``compile()`` returns. ``route``: aoti | torch; ``source``: artifact (a hit) | compiled."""
 
-    def __init__(self, model: Any, example_inputs: tuple, *, name: str, mode: Optional[str], client: Any,
-                 tags: Optional[Mapping[str, str]], publish: Optional[bool], torch_compile_kwargs: Dict[str, Any],
-                 verify: bool = False, require_hit: Optional[bool] = None):
+    def __init__(self, model: Any, args: tuple, call_kwargs: Dict[str, Any], *, name: str, mode: Optional[str],
+                 client: Any, tags: Optional[Mapping[str, str]], publish: Optional[bool],
+                 torch_compile_kwargs: Dict[str, Any], verify: bool = False, require_hit: Optional[bool] = None,
+                 declared: Optional[Dict[str, Any]] = None):
         import torch
 
         from ..client import CacheClient
 
-        self.model, self.example_inputs, self.name, self.mode = model, example_inputs, name, mode
+        self.model, self.args, self.call_kwargs, self.name, self.mode = model, args, call_kwargs, name, mode
         self.kwargs = torch_compile_kwargs
         self.client = client if client is not None else CacheClient()
-        self.device = str(example_inputs[0].device) if example_inputs and isinstance(
-            example_inputs[0], torch.Tensor) else "cpu"
-        self.shape = shape_signature(*example_inputs)
-        self.route, self.route_reason = support.choose_route(example_inputs, torch_compile_kwargs)
+        #: the example call's tensors, in the package's order (calls.leaves: positional, then keywords by name)
+        self.example_inputs = tuple(calls.leaves(args, call_kwargs)[0])
+        first = self.example_inputs[0] if self.example_inputs else None
+        self.device = str(first.device) if isinstance(first, torch.Tensor) else "cpu"
+        self.route, self.route_reason = support.choose_route(self.example_inputs, torch_compile_kwargs)
+        # what the package serves (only tensors can be declared: another route needs no spec)
+        self.spec = calls.CallSpec(args, call_kwargs, bool(model.training), forward=getattr(model, "forward", None),
+                                   **(declared or {})) if self.route == "aoti" else None
+        base = shape_signature(*args, call_kwargs) if call_kwargs else shape_signature(*args)
+        self.shape = self.spec.signature(base) if self.spec is not None else base
         #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
         # code and config (identity.py): same names and shapes but another forward or setting is another key
@@ -67,7 +74,6 @@ class CompiledModel:
                      "structure": spec_mod.structure_fingerprint(model),
                      "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
                      "options": _options_digest(mode, torch_compile_kwargs)}
-        self.spec = spec_mod.InputSpec(example_inputs, bool(model.training))
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
         #: a hit's first torch.compile call: how long it waited for the background snapshot restore
@@ -109,6 +115,8 @@ class CompiledModel:
                 self._runner = Runner(report.artifacts[0], binding.constants, self.device,
                                       cuda_graph=self.cuda_graph)
                 self._binding = binding
+                if self._runner.in_spec != self.spec.structure:  # the key's shape text matched, the package not
+                    why, self._runner, self._binding = "the package's inputs are not this call's arguments", None, None
             except CacheClientError as exc:
                 why = exc.message
         if why:
@@ -154,13 +162,14 @@ class CompiledModel:
         if runner is not None:
             why = self.spec.mismatch(args, kwargs, self.model)
             declared = why is None
-            why = why or spec_mod.grad_wanted(args, self.model) or self._stale()
+            flat = self.spec.flat(args, kwargs) if declared else None
+            why = why or spec_mod.grad_wanted(flat, self.model) or self._stale()
             if why is None:
                 self.calls["artifact"] += 1
                 if self.calls["artifact"] > 1:
-                    return runner(*args)
+                    return runner(*flat)
                 started = time.monotonic()
-                out = self._first_checked(runner, args) if self._verify else runner(*args)
+                out = self._first_checked(runner, flat, args, kwargs) if self._verify else runner(*flat)
                 if self._runner is not None:
                     self._report_hit(self.load_seconds + time.monotonic() - started)
                 return out
@@ -190,13 +199,13 @@ class CompiledModel:
         self._runner = self._binding = None  # for good: the package cannot run on these tensors
         return f"the model's tensors were replaced ({changed}): {why}"
 
-    def _first_checked(self, runner: Runner, args: tuple) -> Any:
-        """verify=True: the first call runs the package and eager and compares them (verify.close); a
-        difference sends this call and every later one to torch.compile."""
+    def _first_checked(self, runner: Runner, flat: list, args: tuple, kwargs: dict) -> Any:
+        """verify=True: the first call runs the package (on ``flat``, the call's tensors) and eager and
+        compares them (verify.close); a difference sends this call and every later one to torch.compile."""
         self._verify = False
         started = time.monotonic()
-        got = runner(*args)
-        why = verify_mod.differs(got, self.model(*args), self.device)
+        got = runner(*flat)
+        why = verify_mod.differs(got, self.model(*args, **kwargs), self.device)
         self.verify_seconds = time.monotonic() - started
         if why is None:
             return got
@@ -204,7 +213,7 @@ class CompiledModel:
         self.calls["artifact"] -= 1
         self._fell_back(f"the package's first output differs from eager's: {why}", declared=True)
         self.calls["torch.compile"] += 1
-        return self._torch_compiled()(*args)
+        return self._torch_compiled()(*args, **kwargs)
 
     def _report_hit(self, first_call_seconds: float) -> None:
         """The package served the first call: tell the service, as ``client.verify()`` does after a snapshot
@@ -238,6 +247,11 @@ class CompiledModel:
     def capture_seconds(self) -> Optional[float]:
         """How long the hit's CUDA-graph capture took (reduce-overhead on a GPU), once it ran; else None."""
         return self._runner.capture_seconds if self._runner is not None else None
+
+    @property
+    def capture_phases(self) -> Dict[str, float]:
+        """Where the first capture's seconds went (graph.GraphedRun.phases); empty before one ran."""
+        return dict(self._runner.capture_phases) if self._runner is not None else {}
 
     def _fell_back(self, why: str, *, declared: bool) -> None:
         """One line per cause; ``declared``: on the inputs the key was built for (require_hit refuses those)."""

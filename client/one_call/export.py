@@ -1,22 +1,61 @@
-"""Export: the model traced by ``torch.export`` for the example inputs, saved for the build child."""
+"""Export: the model traced by ``torch.export`` for the example call, saved for the build child.
+
+The program goes to the build child through ``torch.export.save``/``load``, and its input and output
+structures are pytree specs saved by their type's name. transformers registers its ``ModelOutput``
+classes as pytree nodes when they are defined (``transformers.modeling_outputs`` and each model's
+module), so a child that has not imported them cannot read the program back: "We ran into an error
+when deserializing the saved file" (NotImplementedError: Deserializing
+transformers.modeling_outputs.BaseModelOutputWithPoolingAndCrossAttentions in pytree is not
+registered). ``export`` therefore returns the modules that define those types, and the child imports
+them before loading (build.py).
+"""
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
+
+from .calls import canonical
+
+#: pytree node types the child knows without an import
+BUILTIN_MODULES = ("builtins", "collections", "torch")
 
 
-def export(model: Any, example_inputs: Sequence[Any], path: str) -> None:
-    """``torch.export`` a copy of ``model`` for ``example_inputs`` and save the program at ``path`` (.pt2).
+def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Optional[Mapping[str, Any]] = None,
+           dynamic_shapes: Any = None) -> List[str]:
+    """``torch.export`` a copy of ``model`` for ``model(*example_inputs, **kwargs)`` and save the program at
+    ``path`` (.pt2); return the modules the build child must import to read it (``spec_modules``).
 
-    Called in the serving thread, between two calls (one_call.py): export sets torch.fx's module-level
-    node metadata, which a compiled call running at the same time in another thread also sets, and
-    torch 2.11's compiled ViT-B/16 died of that race (KeyError 'custom', then terminate) when export
-    ran in the background thread."""
+    The keyword arguments are passed sorted by name (calls.canonical): the package's inputs are then in
+    the order every call is flattened in, whatever order a caller writes them in. ``dynamic_shapes``:
+    torch.export's (calls.CallSpec.export_dynamic_shapes). Called in the serving thread, between two
+    calls (compiled.py): export sets torch.fx's module-level node metadata, which a compiled call running
+    at the same time in another thread also sets, and torch 2.11's compiled ViT-B/16 died of that race
+    (KeyError 'custom', then terminate) when export ran in the background thread."""
     import torch
 
     twin = copy.deepcopy(model)  # export may patch the module it traces; the process keeps the original
+    args, kw = canonical(example_inputs, kwargs)
     with torch.no_grad():
-        torch.export.save(torch.export.export(twin, tuple(example_inputs)), path)
+        program = torch.export.export(twin, args, kw, dynamic_shapes=dynamic_shapes)
+    torch.export.save(program, path)
+    signature = program.module_call_graph[0].signature
+    return spec_modules(signature.in_spec, signature.out_spec)
+
+
+def spec_modules(*specs: Any) -> List[str]:
+    """The modules that define the node types of these pytree specs, other than Python's and torch's own."""
+    found: List[str] = []
+    todo = list(specs)
+    while todo:
+        spec = todo.pop()
+        if spec is None:
+            continue
+        node_type = getattr(spec, "type", None)
+        module = getattr(node_type, "__module__", None) or ""
+        if module and module.split(".")[0] not in BUILTIN_MODULES and module not in found:
+            found.append(module)
+        todo.extend(spec.children() if hasattr(spec, "children") else ())
+    return sorted(found)
 
 
 #: where torch.export's messages name the model's line that failed (strict and non-strict export)

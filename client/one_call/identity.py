@@ -36,7 +36,10 @@ COVERED = frozenset({"torch", "builtins", "typing", "functools", "collections", 
 #: a bound on the code objects followed (a model reaching a whole library through its globals)
 MAX_CODE_OBJECTS = 20000
 #: nn.Module's own bookkeeping: not configuration (the tensors and submodules are keyed elsewhere)
-MODULE_INTERNALS = frozenset({"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+# _is_torch_compile: torch.compile sets it on the module it compiles (a miss does), so without this a later
+# compile() of the same model in the process (a second CompiledModel, a reload) had another key
+MODULE_INTERNALS = frozenset({"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+                              "_is_torch_compile"})
 
 
 def _covered(module_name: Optional[str]) -> bool:

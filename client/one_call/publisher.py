@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from . import build, export, support, verify
 from .. import artifacts
@@ -35,6 +35,7 @@ class Publisher:
                                         daemon=True)
         self._work: Optional[str] = None  # the exported program's folder, removed when the thread ends
         self._not_exported = ""
+        self._imports: List[str] = []  # the modules of the program's pytree types (export.py)
 
     def export(self) -> None:
         """Export the model for the package (the aoti route). Never raises: a failure is the artifact's error."""
@@ -43,7 +44,10 @@ class Publisher:
             return
         self._work = tempfile.mkdtemp(prefix="cachesvc-compile-")
         try:
-            export.export(c.model, c.example_inputs, os.path.join(self._work, "exported.pt2"))
+            self._imports = export.export(c.model, c.args, os.path.join(self._work, "exported.pt2"),
+                                          kwargs=c.call_kwargs,
+                                          dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args,
+                                                                                      c.call_kwargs))
         except Exception as exc:  # noqa: BLE001 - torch.export refuses many models; the call's result is good
             self._not_exported = f"torch.export failed: {export.why_failed(exc)}"
 
@@ -101,10 +105,11 @@ class Publisher:
             raise CacheClientError(self._not_exported or "the model was not exported")
         path = os.path.join(self._work, artifacts.FILENAMES[support.KIND])
         started = time.monotonic()
-        phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode)
+        phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode, imports=self._imports)
         build_seconds = time.monotonic() - started
         checked = time.monotonic()
-        verify.verify(path, c.model, c.example_inputs, c.device, cuda_graph=c.cuda_graph)
+        verify.verify(path, c.model, c.example_inputs, c.device, calls=c.spec.calls, imports=self._imports,
+                      cuda_graph=c.cuda_graph)
         check_seconds = time.monotonic() - checked
         meta = dict(artifacts.artifact_meta(support.KIND, c.example_inputs, c.device),
                     **support.host_meta(c.device), structure=c.tags["structure"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from .binding import live_constants  # noqa: F401 - the runner's constants, by name (verify, bench)
 from ..artifacts import LoadFailed
@@ -21,11 +21,19 @@ from ..artifacts import LoadFailed
 log = logging.getLogger("cachesvc_client")
 
 
-class Runner:
-    """A loaded package bound to live tensors: ``runner(*tensors)`` returns what the model would.
+#: CUDA graphs kept per runner, one per input shape (declared shapes: calls.py); calls of further
+#: shapes run the package without one (each graph holds its own memory pool)
+MAX_GRAPHS = 8
 
-    ``cuda_graph``: the first call captures the run into a CUDA graph and every call replays it
-    (graph.py); a capture that fails is logged once and the package runs without one."""
+
+class Runner:
+    """A loaded package bound to live tensors: ``runner(*tensors)`` (the call's tensors, flattened as
+    calls.leaves does) returns what the model would: the output's structure (a tuple, a dict, a
+    transformers ModelOutput) is the package's call spec, rebuilt from its leaves.
+
+    ``cuda_graph``: the first call of each input shape captures the run into a CUDA graph and every
+    later call of that shape replays it (graph.py); a capture that fails is logged once and the
+    package runs without graphs."""
 
     def __init__(self, path: str, constants: Mapping[str, Any], device: str, *, cuda_graph: bool = False):
         import torch
@@ -41,43 +49,52 @@ class Runner:
             # user_managed: the package reads the model's own tensors, no copy (in-place updates are seen)
             self._fqns = fqns
             self._loader.load_constants({f: constants[f] for f in fqns}, False, True, True)
-            self._out_spec = pytree.treespec_loads(self._loader.get_call_spec()[1])
+            in_spec, out_spec = self._loader.get_call_spec()
+            #: the call's structure the package was exported for (calls.CallSpec.structure must equal it)
+            self.in_spec = pytree.treespec_loads(in_spec)
+            self._out_spec = pytree.treespec_loads(out_spec)
         except LoadFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a package it cannot use
             raise LoadFailed(f"AOTIModelPackageLoader could not load {path}: {type(exc).__name__}: {exc}") from exc
         self._unflatten: Callable = pytree.tree_unflatten
         self.cuda_graph = cuda_graph
-        self._graphed: Optional[Callable] = None
-        self.capture_seconds: Optional[float] = None
+        self._graphs: Dict[tuple, Callable] = {}
+        self.capture_seconds: Optional[float] = None  # the first capture's
+        self.capture_phases: Dict[str, float] = {}  # where the first capture's seconds went (graph.py)
         self.capture_error = ""
 
     def rebind(self, constants: Mapping[str, Any]) -> None:
         """Point the package at other tensors of the same layouts (binding.py decides): the model's
-        replaced parameters. A CUDA graph captured on the old ones is captured again at the next call."""
+        replaced parameters. CUDA graphs captured on the old ones are captured again at their next call."""
         try:
             self._loader.load_constants({f: constants[f] for f in self._fqns}, False, True, True)
         except Exception as exc:  # noqa: BLE001 - as in __init__: the caller falls back to torch.compile
             raise LoadFailed(f"the package could not be rebound: {type(exc).__name__}: {exc}") from exc
-        self._graphed = None
+        self._graphs = {}
 
     def __call__(self, *args: Any) -> Any:
         if self.cuda_graph:
-            if self._graphed is None:
-                self._capture(args)
-            if self._graphed is not None:
-                return self._unflatten(self._graphed(args), self._out_spec)
+            shapes = tuple(tuple(a.shape) for a in args)
+            graphed = self._graphs.get(shapes)
+            if graphed is None and len(self._graphs) < MAX_GRAPHS:
+                graphed = self._capture(shapes, args)
+            if graphed is not None:
+                return self._unflatten(graphed(args), self._out_spec)
         return self._unflatten(self._loader.run(list(args)), self._out_spec)
 
-    def _capture(self, args: Sequence[Any]) -> None:
+    def _capture(self, shapes: tuple, args: Sequence[Any]) -> Optional[Callable]:
         from .graph import GraphedRun
 
         started = time.monotonic()
         try:
-            self._graphed = GraphedRun(self._loader.run, args)
+            graphed = GraphedRun(self._loader.run, args)
         except Exception as exc:  # noqa: BLE001 - without a graph the package still runs, only slower
             self.cuda_graph, self.capture_error = False, f"{type(exc).__name__}: {exc}"
             log.warning("cachesvc compile: the package runs without a CUDA graph: capturing it failed: %s",
                         self.capture_error)
-            return
-        self.capture_seconds = time.monotonic() - started
+            return None
+        if self.capture_seconds is None:
+            self.capture_seconds, self.capture_phases = time.monotonic() - started, dict(graphed.phases)
+        self._graphs[shapes] = graphed
+        return graphed

@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from .build import last_line
+from .calls import leaves
 from .runner import live_constants
 from ..artifacts import LoadFailed
 
@@ -86,8 +87,9 @@ def _apart(got: Any, want: Any, device: str) -> Optional[str]:
             f"(greatest difference {float((g - w).abs().max()):.3g}, scale {scale:.3g})")
 
 
-def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *, cuda_graph: bool = False,
-           timeout: float = 300) -> None:
+def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
+           calls: Optional[Sequence[Tuple[Sequence[Any], Mapping[str, Any]]]] = None, imports: Sequence[str] = (),
+           cuda_graph: bool = False, timeout: float = 300) -> None:
     """Run the built package in a child process, as a fresh hit would, and compare it with eager; raise on a
     difference or a crash. A child: a loader that dies (torch 2.11's did on the H200) takes only the child.
 
@@ -95,22 +97,32 @@ def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
     elementwise by a seeded factor in [0.5, 1.5]): a hit runs on whatever weights its process has,
     so a package that kept any of the builder's values (an inlined constant, a folded one) must fail
     here, not in production. ``cuda_graph``: the child captures the run into a CUDA graph and what it
-    compares is a replay, on weights changed after the capture (a hit's graph must read the live ones)."""
+    compares is a replay, on weights changed after the capture (a hit's graph must read the live ones).
+    ``calls``: the calls to compare, each (args, kwargs) (every declared shape; default: the example
+    inputs alone); ``imports``: the modules of the output's pytree types (export.py), for the child."""
     import torch
     from torch.utils import _pytree as pytree
 
+    calls = list(calls) if calls is not None else [(tuple(example_inputs), {})]
     twin = copy.deepcopy(model)
     perturb(twin)
     with torch.no_grad():
-        want = pytree.tree_leaves(twin(*example_inputs))
+        want = [pytree.tree_leaves(twin(*args, **kwargs)) for args, kwargs in calls]
     with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
         given, back = os.path.join(tmp, "given.pt"), os.path.join(tmp, "back.pt")
-        torch.save({"constants": live_constants(twin), "inputs": list(example_inputs)}, given)
+        torch.save({"constants": live_constants(twin), "calls": [leaves(a, k)[0] for a, k in calls],
+                    "imports": list(imports)}, given)
         done = subprocess.run([sys.executable, "-m", f"{__package__}.child", "check", path, given, back, device,
                                "graph" if cuda_graph else ""], capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise LoadFailed(f"the package failed in a fresh process (exit {done.returncode}): {last_line(done)}")
         got = torch.load(back, map_location="cpu")
+    for outputs, expected in zip(got, want):
+        compare(outputs, expected, device)
+
+
+def compare(got: Sequence[Any], want: Sequence[Any], device: str) -> None:
+    """Raise LoadFailed unless the package's outputs ``got`` are eager's ``want``, one by one (``close``)."""
     if len(got) != len(want):
         raise LoadFailed(f"the package returned {len(got)} outputs; eager {len(want)}")
     for g, w in zip(got, want):

@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cachesvc_client.one_call import spec as compile_spec  # noqa: E402
+from cachesvc_client.one_call import calls, spec as compile_spec  # noqa: E402
 from cachesvc_client.one_call import choose_route  # noqa: E402
 from cachesvc_client.errors import CacheClientError  # noqa: E402
 
@@ -16,7 +16,7 @@ def mlp(hidden=16):
 
 def test_the_spec_accepts_only_the_inputs_it_was_built_for():
     model, x = mlp(), torch.randn(4, 8)
-    spec = compile_spec.InputSpec((x,), training=False)
+    spec = calls.CallSpec((x,), None, training=False)
     assert spec.mismatch((torch.randn(4, 8),), {}, model) is None
     cases = [
         ((torch.randn(5, 8),), "shape"),
@@ -24,7 +24,7 @@ def test_the_spec_accepts_only_the_inputs_it_was_built_for():
         ((torch.randn(4, 8, requires_grad=True),), "requires_grad"),
         ((torch.randn(8, 4).t(),), "strides"),
         ((x, x), "2 inputs"),
-        (([1.0] * 8,), "not a tensor"),
+        ((3.0,), "not a tensor"),
     ]
     for args, word in cases:
         assert word in spec.mismatch(args, {}, model)
@@ -91,3 +91,55 @@ def test_compile_stays_the_function_whichever_submodule_was_imported_first():
             "assert callable(f) and f.__module__ == 'cachesvc_client.one_call', f")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_keyword_calls_match_by_name_in_any_order_and_the_package_gets_them_sorted():
+    ids, mask = torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long)
+    spec = calls.CallSpec((), {"input_ids": ids, "attention_mask": mask}, training=False)
+    model = mlp()
+    assert spec.mismatch((), {"attention_mask": mask, "input_ids": ids}, model) is None
+    assert spec.flat((), {"input_ids": ids, "attention_mask": mask})[0] is mask  # sorted: attention_mask first
+    assert "keyword arguments ['input_ids']" in spec.mismatch((), {"input_ids": ids}, model)
+    assert "keyword arguments" in spec.mismatch((ids,), {"attention_mask": mask}, model)
+    assert "input 1: shape (2, 6)" in spec.mismatch((), {"input_ids": torch.zeros(2, 6, dtype=torch.long),
+                                                         "attention_mask": mask}, model)
+
+
+def test_dynamic_dims_serve_their_range_and_keep_dims_of_one_name_equal():
+    from torch.export import Dim
+
+    x = torch.randn(4, 8)
+    model = mlp()
+    batch = Dim("batch", min=1, max=16)
+    spec = calls.CallSpec((x,), None, False, dynamic_shapes=({0: batch},), forward=model.forward)
+    assert spec.mismatch((torch.randn(16, 8),), {}, model) is None and spec.mismatch((torch.randn(1, 8),), {}, model) is None
+    assert "outside the declared batch in [1, 16]" in spec.mismatch((torch.randn(17, 8),), {}, model)
+    assert "shape (4, 9)" in spec.mismatch((torch.randn(4, 9),), {}, model)  # an undeclared dim stays fixed
+    assert "not contiguous" in spec.mismatch((torch.randn(8, 4).t(),), {}, model)
+    assert spec.signature("f32[4,8]") == "f32[4,8]|dynamic=(batch:1..16,8)"
+    exported = spec.export_dynamic_shapes(model.forward, (x,), None)["input"][0]  # a Dim made anew, same range
+    assert (exported.__name__, exported.min, exported.max) == ("batch", 1, 16)
+    seq = Dim("seq", min=2, max=32)
+    ids, mask = torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long)
+    two = calls.CallSpec((), {"input_ids": ids, "attention_mask": mask}, False,
+                         dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}})
+    assert "but seq is 7" in two.mismatch((), {"input_ids": torch.zeros(2, 9, dtype=torch.long),
+                                               "attention_mask": torch.ones(2, 7, dtype=torch.long)}, model)
+    with pytest.raises(ValueError, match="Dim"):
+        calls.CallSpec((x,), None, False, dynamic_shapes=({0: Dim.AUTO},), forward=model.forward)
+    with pytest.raises(ValueError, match="does not pass"):
+        calls.CallSpec((x,), None, False, dynamic_shapes={"y": {0: batch}}, forward=model.forward)
+
+
+def test_declared_examples_serve_exactly_those_shapes_from_one_dynamic_package():
+    model = mlp()
+    spec = calls.CallSpec((torch.randn(2, 8),), None, False, examples=[(torch.randn(4, 8),), (torch.randn(8, 8),)],
+                          forward=model.forward)
+    assert [t.text() for t in spec.tensors] == ["(d0:2..8, 8)"]
+    for n in (2, 4, 8):
+        assert spec.mismatch((torch.randn(n, 8),), {}, model) is None
+    assert "not among the 3 declared" in spec.mismatch((torch.randn(3, 8),), {}, model)
+    assert spec.signature("f32[2,8]") == "f32[2,8]|examples=2x8;4x8;8x8"
+    assert len(spec.calls) == 3  # the publish check runs every declared shape
+    with pytest.raises(ValueError, match="once"):
+        calls.CallSpec((torch.randn(2, 8),), None, False, examples=[(torch.randn(4, 8),)], dynamic_shapes=({},))

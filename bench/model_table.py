@@ -1,0 +1,139 @@
+"""The one call across a model table: the route a restart took, its first output against eager's, its steady
+state against torch.compile's, for every model x dtype x mode, in fresh containers.
+
+    python bench/model_table.py                                   # the CPU table (small configs, ~15 min)
+    python bench/model_table.py --device cuda --models bert-large,gpt2-large,roberta-large,opt-large,vit-large \
+        --dtypes fp32,bf16,fp16 --out docs/gpu/model-table.json   # the H200 table (bench/README.md)
+
+Models are demo/models.py's names: transformers' families (demo/hf_models.py: built from configs with
+random weights, called with keyword arguments) and the torchvision ones where torchvision imports.
+Each row is four containers, each with its own empty HOME, TMPDIR and cache dir:
+
+  seed      the one call on a miss: torch.compile, then the package built, checked and published
+  floor     the seed's container again with plain torch.compile (it inherits Inductor's cache):
+            torch.compile's steady ms per step
+  eager     no compile: the baseline of the first output (process start to first output)
+  restart   a fresh container through the one call: what served it (the package or torch.compile,
+            and why), its first output and steady ms per step
+
+Reported side by side: restart's ready / eager's ready ("x eager"), restart's ms per step / the floor's
+("x torch.compile"), the seed's package build seconds and the package's size. One sample per row (the
+CPU is shared; run it again for another sample).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import log, service, service_source, workdir, write_json  # noqa: E402
+from demo.containers import Container  # noqa: E402
+
+MODELS = "bert,gpt2,roberta,distilbert,opt,llama,vit"
+DTYPE_SUFFIX = {"fp32": "", "bf16": "-bf16", "fp16": "-fp16"}
+
+
+def row_model(model: str, dtype: str) -> str:
+    """demo/models.py's name of ``model`` in ``dtype`` (transformers' models take a dtype suffix)."""
+    if dtype not in DTYPE_SUFFIX:
+        raise SystemExit(f"unknown dtype {dtype!r}: use {', '.join(DTYPE_SUFFIX)}")
+    return model + DTYPE_SUFFIX[dtype]
+
+
+def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int) -> Dict:
+    """The four containers of one row; returns their results and the ratios."""
+    flags = ["--model", model, "--mode", mode, "--device", device]
+    timed = [*flags, "--steps", str(steps)]
+    stem = f"{model}-{mode}"
+    seed_ctr = Container(work / "containers", f"seed-{stem}")
+    seed = seed_ctr.run_worker(*flags, "--one-call", "--publish", timeout=1800, **svc.client_env())
+    os.sync()  # the seed's writes flushed now, not in the middle of the next container's start
+    floor = seed_ctr.run_worker(*timed)
+    eager = Container(work / "containers", f"eager-{stem}").run_worker(*timed, "--eager")
+    restart = Container(work / "containers", f"restart-{stem}").run_worker(*timed, "--one-call", **svc.client_env())
+    artifact = (seed.get("publish") or {}).get("artifact") or {}
+    row = {"model": model, "mode": mode, "device": device,
+           "route": restart["compile"]["source"], "why": restart["compile"].get("miss_reason", ""),
+           "output_type": restart.get("output_type"), "max_abs_diff": restart["max_abs_diff"],
+           "eager_ready_s": eager["ready_s"], "restart_ready_s": restart["ready_s"],
+           "restart_first_call_s": restart["first_call_s"], "x_eager": restart["ready_s"] / eager["ready_s"],
+           "compiled_step_ms": floor["step_ms"], "restart_step_ms": restart["step_ms"],
+           "eager_step_ms": eager["step_ms"], "x_compiled": restart["step_ms"] / floor["step_ms"],
+           "seed_first_call_s": seed["first_call_s"], "build_s": artifact.get("build_s"),
+           "package_mb": (artifact.get("bytes") or 0) / 1e6 or None, "artifact": artifact.get("status") or artifact,
+           "capture_s": restart["compile"].get("capture_s"), "capture_phases": restart["compile"].get("capture_phases")}
+    for ctr in ("seed", "eager", "restart"):
+        shutil.rmtree(work / "containers" / f"{ctr}-{stem}", ignore_errors=True)
+    return row
+
+
+def plan(args: argparse.Namespace) -> List[Tuple[str, str]]:
+    """The rows to run: (demo model name, mode), from --rows or the product of --models, --dtypes, --modes."""
+    if args.rows:
+        return [(spec.partition("@")[0], spec.partition("@")[2] or "default") for spec in args.rows.split(",")]
+    return [(row_model(base, dtype), mode) for base in args.models.split(",") for dtype in args.dtypes.split(",")
+            for mode in args.modes.split(",")]
+
+
+def markdown(rows: List[Dict]) -> str:
+    lines = ["| model | mode | restart ran | eager ready s | restart ready s | x eager | torch.compile ms/step "
+             "| restart ms/step | x torch.compile | package build s | package MB |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['mode']} | failed: {r['error'][:120]} | | | | | | | | |")
+            continue
+        route = "the package" if r["route"] == "artifact" else f"torch.compile ({r['why'][:80]})"
+        build = f"{r['build_s']:.1f}" if r.get("build_s") else "-"
+        size = f"{r['package_mb']:.1f}" if r.get("package_mb") else "-"
+        lines.append(f"| {r['model']} | {r['mode']} | {route} | {r['eager_ready_s']:.2f} | {r['restart_ready_s']:.2f} "
+                     f"| **{r['x_eager']:.2f}** | {r['compiled_step_ms']:.2f} | {r['restart_step_ms']:.2f} "
+                     f"| **{r['x_compiled']:.2f}** | {build} | {size} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> List[Dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=MODELS, help="demo/models.py names, comma-separated")
+    p.add_argument("--dtypes", default="fp32,bf16", help="fp32, bf16, fp16 (transformers' models)")
+    p.add_argument("--modes", default="default,reduce-overhead", help="torch.compile modes")
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--rows", default=None, help="rows in place of models x dtypes x modes: MODEL[-DTYPE]@MODE, "
+                                                 "comma-separated (e.g. bert@default,gpt2-bf16@reduce-overhead)")
+    p.add_argument("--steps", type=int, default=20, help="calls timed after the first (steady state)")
+    p.add_argument("--out", default=None, help="write the JSON here (after every row)")
+    p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed)")
+    p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
+    args = p.parse_args(argv)
+    work = workdir(args.workdir, "bench-model-table-")
+    svc_env = service_source(args.service_ref, work / "service-src")
+    rows: List[Dict] = []
+    t0 = time.monotonic()
+    try:
+        with service(work / "svc", svc_env) as svc:
+            for model, mode in plan(args):
+                try:
+                    rows.append(run_row(work, svc, model, mode, args.device, args.steps))
+                except RuntimeError as exc:  # a worker that failed: the row says so, the table goes on
+                    rows.append({"model": model, "mode": mode, "error": " ".join(str(exc).split())[-300:]})
+                r = rows[-1]
+                log(f"{model:16} {mode:16} " + (f"failed: {r['error'][:200]}" if "error" in r else
+                    f"{r['route']:9} x eager {r['x_eager']:.2f}  x torch.compile {r['x_compiled']:.2f}"))
+                if args.out:
+                    write_json(Path(args.out), {"section": "model-table", "device": args.device, "rows": rows,
+                                                "seconds": time.monotonic() - t0})
+        print(markdown(rows))
+        return rows
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,8 @@
 """The one call on a CUDA GPU: a restarted container loads the published package without Dynamo or Inductor.
 
 Skipped without a GPU (CI has none); run on the H200 through the device tool
-(docs/gpu.md). Per model: a cold container compiles through
+(docs/gpu.md). The models include transformers' BERT (an encoder) and GPT-2 (a decoder, in
+reduce-overhead), built from configs and called with keyword arguments. Per model: a cold container compiles through
 ``cachesvc_client.compile`` and publishes (the package is built and checked
 in a child process first: a loader that crashes stops the publish, not the
 process); the same container with plain torch.compile is the floor (its
@@ -27,7 +28,8 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run it on the device)")]
 
-MODELS = os.environ.get("CACHESVC_GPU_COMPILE_MODELS", "resnet50,vit_b_16,resnet50@reduce-overhead").split(",")
+MODELS = os.environ.get("CACHESVC_GPU_COMPILE_MODELS",
+                        "resnet50,vit_b_16,resnet50@reduce-overhead,bert-large,gpt2-large@reduce-overhead").split(",")
 STEPS = "50"
 GPU_TOL = 5e-2
 

@@ -50,8 +50,9 @@ class ServiceProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESVC_")}
         env.update(CACHESVC_DATA_DIR=str(self.data_dir), PYTHONUNBUFFERED="1", **self.extra_env)
         if self.write_token and not self.token:
+            # token names are unique in a database: services that share one each make their own
             made = subprocess.run([sys.executable, "-m", "cachesvc.cli", "token", "create", "--scope", "write",
-                                   "--name", "demo"], env=env, capture_output=True, text=True, timeout=120)
+                                   "--name", f"demo-{self.port}"], env=env, capture_output=True, text=True, timeout=120)
             if made.returncode != 0:
                 raise RuntimeError(f"cachesvc token create failed ({made.returncode}):\n{made.stderr[-3000:]}")
             self.token = made.stdout.strip().splitlines()[-1]

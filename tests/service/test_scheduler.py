@@ -32,7 +32,9 @@ def instances(tmp_path, database_url, storage_settings, monkeypatch):
     def build(n, interval=0.0):
         apps = [make_app(tmp_path, database_url, storage_settings, LRU_BUDGET_BYTES=700, GC_INTERVAL_SECONDS=interval,
                          GC_GRACE_SECONDS=0) for _ in range(n)]
-        apps[0].config["TOKENS"] = make_tokens(apps[0])
+        tokens = made[0].config["TOKENS"] if made else make_tokens(apps[0])  # one database: token names are unique
+        for a in apps:
+            a.config["TOKENS"] = tokens
         made.extend(apps)
         return apps
 

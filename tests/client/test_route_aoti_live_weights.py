@@ -39,7 +39,8 @@ def test_a_package_runs_on_the_live_weights_small_bias_included(tmp_path, x):
     phases = build.build(str(tmp_path / "exported.pt2"), str(tmp_path / "model.pt2"), mode=None)
     # where the build's seconds went, from the child: the whole and Inductor's timers inside it
     assert phases["imports"] > 0 and phases["package"] > 0
-    assert 0 < phases["codegen"] <= phases["package"] and 0 < phases["wrapper_compile"] <= phases["package"]
+    # Inductor's timers are reported (rounded to ms: a tiny model's kernel codegen can round to 0.0)
+    assert 0 <= phases["codegen"] <= phases["package"] and 0 < phases["wrapper_compile"] <= phases["package"]
     assert "precompiled_header" not in phases  # 16 s of a 40 s build, for two compiles: off
     other = small(7)
     runner = Runner(str(tmp_path / "model.pt2"), live_constants(other), "cpu")

@@ -8,6 +8,7 @@ deploy/integrations/ray_serve_app.py in a local Ray cluster, where `ray[serve]` 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -26,11 +27,14 @@ def serve(base: Path, url: str, token: str, **extra: str):
     (base / "cache").mkdir(parents=True, exist_ok=True)
     env = base_env(base, CACHESVC_URL=url, CACHESVC_TOKEN=token, TORCHINDUCTOR_CACHE_DIR=str(base / "cache"),
                    **extra)
-    port = free_port()
+    # --port 0: uvicorn binds only after the app's start-up (a compile and publish: tens of seconds), so a
+    # port picked free beforehand could be taken by then; it names the port it bound in its "running on" line
     program = Program([str(BIN / "python"), "-m", "uvicorn", "--app-dir", str(APP_DIR), "fastapi_app:app",
-                       "--host", "127.0.0.1", "--port", str(port)], env)
-    program.wait_for("Application startup complete", timeout=600)
-    return program, f"http://127.0.0.1:{port}", env
+                       "--host", "127.0.0.1", "--port", "0"], env)
+    program.wait_for("Uvicorn running on", timeout=600)
+    running = next(line for line in program.lines if "Uvicorn running on" in line)
+    url = re.search(r"http://127\.0\.0\.1:\d+", running).group(0)
+    return program, url, env
 
 
 def close(outputs: list, expected: list) -> None:

@@ -3,7 +3,7 @@ state against torch.compile's, for every model x dtype x mode, in fresh containe
 
     python bench/model_table.py                                   # the CPU table (small configs, ~15 min)
     python bench/model_table.py --device cuda --models bert-large,gpt2-large,roberta-large,opt-large,vit-large \
-        --dtypes fp32,bf16,fp16 --out docs/gpu/model-table.json   # the H200 table (bench/README.md)
+        --dtypes fp32,bf16,fp16 --out bench/results/gpu/model-table.json   # the H200 table (bench/README.md)
 
 Models are demo/models.py's names: transformers' families (demo/hf_models.py: built from configs with
 random weights, called with keyword arguments) and the torchvision ones where torchvision imports.

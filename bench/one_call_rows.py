@@ -1,7 +1,7 @@
 """The one call's rows from GPU runs: a table (markdown) and a chart, from the test's and ttfi's output.
 
-    python bench/one_call_rows.py docs/gpu/run15-compile-resnet50.jsonl docs/gpu/run15-ttfi-vit.json ... \
-        --chart docs/benchmarks-one-call-gpu.png --goal 1.25
+    python bench/one_call_rows.py bench/results/gpu/run15-compile-resnet50.jsonl bench/results/gpu/run15-ttfi-vit.json ... \
+        --chart docs/img/benchmarks-one-call-gpu.png --goal 1.25
 
 A ``.jsonl`` is tests/e2e/test_gpu_compile.py's $CACHESVC_GPU_RESULTS (one sample per contender:
 its cold, floor, restarted and eager containers); a ``.json`` is bench/ttfi.py's --out (medians).

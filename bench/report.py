@@ -201,7 +201,7 @@ def render(doc: dict, out_dir: Path) -> Path:
                   f"{t['repeats']} rounds. *restore* is the step before torch.compile (cachesvc restore, copy, "
                   "download + extract, `load_cache_artifacts`); *first call* is torch.compile plus the first "
                   "forward; *x floor* is their sum over the floor's.", "",
-                  "![time to first inference](benchmarks-ttfi.png)", ""]
+                  "![time to first inference](img/benchmarks-ttfi.png)", ""]
         if any(r["contender"] in ("cachesvc-mega", "cachesvc-aot", "cachesvc-pt2") for r in t["rows"]):
             parts += ["The other version kinds (issue 8): *cachesvc-mega* restores a kind `mega-cache` version "
                       "and loads it with `load_cache_artifacts` in its restore step, then runs torch.compile; "
@@ -244,7 +244,7 @@ def render(doc: dict, out_dir: Path) -> Path:
                   f"{tr['repeats']} rounds"
                   + (f", after {tr['warmup']} untimed warm-up round (the first read of a stored object "
                      "comes from disk, the later ones from the page cache)" if tr.get("warmup") else "") + ".", "",
-                  "![restore transfer](benchmarks-transfer.png)", "",
+                  "![restore transfer](img/benchmarks-transfer.png)", "",
                   md_table(["set", "way", "files", "MB", "median s", "files/s", "MB/s", "time / cachesvc"],
                            [[r["size"], r["way"], r["files"], f(r["mb"], 0), f(r["seconds"], 3),
                              f(r["files_per_s"], 0), f(r["mb_per_s"], 0), f(r["x_cachesvc"])] for r in tr["rows"]]),
@@ -342,7 +342,7 @@ def gpu_rows(paths: List[Path]) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--gpu-rows"]:  # python bench/report.py --gpu-rows docs/gpu/run6-ttfi-*.json
+    if sys.argv[1:2] == ["--gpu-rows"]:  # python bench/report.py --gpu-rows bench/results/gpu/run6-ttfi-*.json
         print(gpu_rows([Path(a) for a in sys.argv[2:]]))
         sys.exit()
     src = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks.json")

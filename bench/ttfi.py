@@ -1,6 +1,6 @@
 """Time to first inference in a fresh container: cachesvc against the alternatives.
 
-    python bench/ttfi.py [--models mlp,encoder] [--repeats 3] [--out docs/benchmarks-ttfi.json]
+    python bench/ttfi.py [--models mlp,encoder] [--repeats 3] [--out bench/results/benchmarks-ttfi.json]
     python bench/ttfi.py --device cuda --models resnet50,encoder6@max-autotune-no-cudagraphs \
         --contenders cold,cachesvc-local,megacache-s3,tarball-s3 --service-ref worktree   # the H200 rows
 

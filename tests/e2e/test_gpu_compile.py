@@ -67,7 +67,7 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     row["step_x_compiled"] = warm["step_ms"] / floor["step_ms"] if floor.get("step_ms") else None
     record(**row)
     assert cold["publish"]["done"] and cold["publish"]["snapshot"]["status"] == "committed", cold["publish"]
-    # TF32 convolutions: torch.compile's own ResNet-50 output is 0.018 from eager's on the H200 (docs/gpu/run12)
+    # TF32 convolutions: torch.compile's own ResNet-50 output is 0.018 from eager's on the H200 (bench/results/gpu/run12)
     assert warm["max_abs_diff"] < GPU_TOL and cold["max_abs_diff"] < GPU_TOL
     # the headline claim: the package was built, checked and published, and the restart loaded it (a build
     # or check that fails on the GPU is a failure here, with the publish's reason and the fallback taken)

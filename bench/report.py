@@ -1,15 +1,31 @@
-"""Turn the benchmark JSON into docs/benchmarks.md and its charts.
+"""Make docs/benchmarks.md from bench/results/ (and its charts in docs/img/).
 
-    python bench/report.py docs/benchmarks.json      # re-render from saved results
+    python bench/report.py              # rewrite docs/benchmarks.md from bench/results/
+    python bench/report.py --charts     # and redraw the charts of sections 1 and 2 (needs matplotlib)
+    python bench/report.py --check      # exit 1 when docs/benchmarks.md is not what this makes
+
+The page is bench/results/benchmarks.json (bench/run_all.py's sections) rendered here, with the
+hand-written sections of bench/sections/ copied in at their places. A ``{{name args}}`` line in a
+section file is replaced by a table made from bench/results/ (``PLACEHOLDERS``); every model-table
+JSON there (bench/model_table.py's ``--out``) is a row of section 1c (CPU) or 1d (GPU), so a new
+run's file dropped into bench/results/ shows after one rerun.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+RESULTS = REPO / "bench" / "results"
+SECTIONS = Path(__file__).with_name("sections")
+PAGE = REPO / "docs" / "benchmarks.md"
+IMG = REPO / "docs" / "img"
 
 LABELS = {
     "cold": "cold (compile from nothing)",
@@ -45,7 +61,7 @@ def md_table(headers: List[str], rows: List[List[str]]) -> str:
 
 
 def targets(doc: dict) -> List[dict]:
-    """Each target of issue 4 with its measured ratio."""
+    """Each target of the benchmark suite with its measured ratio."""
     out = []
     ttfi = doc.get("ttfi")
     if ttfi:
@@ -151,29 +167,146 @@ def chart_transfer(doc: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def gpu_section() -> List[str]:
-    """The H200 rows (issue 6): copied from docs/gpu.md, where the device runs are written up."""
-    gpu = Path(__file__).resolve().parent.parent / "docs" / "gpu.md"
-    text = gpu.read_text() if gpu.exists() else ""
-    start = text.find("## Benchmark rows")
-    if start < 0:
-        return []
-    body = text[start:].split("\n", 1)[1]
-    end = body.find("\n## ")
-    body = body if end < 0 else body[:end]
-    return ["## 7. On the GPU (NVIDIA H200, torch 2.11, Triton 3.6)", "",
-            "Run through the device tool, not by run_all.py (no GPU here); copied from "
-            "[gpu.md](gpu.md), which also has the end-to-end runs for every model and mode "
-            "(cold, floor, restored and relocated), the autotuning fix and the ranks.", "",
-            body.strip(), ""]
+def _read(results: Path, name: str) -> dict:
+    return json.loads((results / name).read_text())
 
 
-def render(doc: dict, out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def one_call_gpu_table(results: Path, *names: str) -> str:
+    """Section 1b's H200 rows: bench/one_call_rows.py's table of the GPU test's and ttfi's files."""
+    from bench import one_call_rows
+
+    return one_call_rows.markdown(one_call_rows.read([str(results / n) for n in names]))
+
+
+def ttfi_gpu_table(results: Path, *names: str) -> str:
+    """Section 7's rows: bench/ttfi.py --device cuda files, one line per contender and file."""
+    return gpu_rows([results / n for n in names])
+
+
+def model_table_files(results: Path, gpu: bool) -> List[Path]:
+    """Every model-table JSON under ``results`` (bench/model_table.py's ``--out``: ``section`` is
+    ``model-table``, or the section's name), measured on a GPU or on the CPU, by path."""
+    out = []
+    for path in sorted(results.rglob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("section") in ("model-table", "1c", "1d") and "rows" in doc:
+            if (str(doc.get("device", "cpu")).lower() != "cpu") == gpu:
+                out.append(path)
+    return out
+
+
+#: transformers' ``-large`` configs (demo/hf_models.py: hidden 768, 12 layers, 12 heads), by the model they match
+LARGE_NAMES = {"bert": "BERT-base", "gpt2": "GPT-2", "roberta": "RoBERTa-base", "distilbert": "DistilBERT",
+               "opt": "OPT-125M", "llama": "Llama (768 wide)", "vit": "ViT-B"}
+
+
+def model_label(name: str) -> str:
+    """``gpt2-large-bf16`` -> ``GPT-2 (bf16)``; a name that is no ``-large`` config stays as it is."""
+    family, large, rest = name.partition("-large")
+    if not large or family not in LARGE_NAMES or (rest and not rest.startswith("-")):
+        return name
+    return f"{LARGE_NAMES[family]} ({rest.lstrip('-') or 'fp32'})"
+
+
+def _test_row(r: dict) -> dict:
+    """A GPU test row (tests/e2e/test_gpu_compile.py's JSON line) as a model-table row."""
+    art = r.get("artifact") or {}
+    return {"model": r["model"], "mode": r.get("mode", "default"), "route": (r.get("warm_compile") or {}).get("source"),
+            "why": (r.get("warm_compile") or {}).get("miss_reason", ""), "eager_ready_s": r["eager_ready_s"],
+            "restart_ready_s": r["warm_ready_s"], "x_eager": r["ready_x_eager"], "compiled_step_ms": r["floor_step_ms"],
+            "restart_step_ms": r["warm_step_ms"], "x_compiled": r["step_x_compiled"], "build_s": art.get("build_s"),
+            "package_mb": (art.get("bytes") or 0) / 1e6 or None}
+
+
+def model_table(results: Path, where: str) -> str:
+    """Section 1c (``cpu``) or 1d (``gpu``): every model-table file's rows, then its GPU test rows."""
+    rows = []
+    for path in model_table_files(results, where == "gpu"):
+        doc = json.loads(path.read_text())
+        data = path.relative_to(results).as_posix()
+        rows += [(r, "", data) for r in doc["rows"]]
+        rows += [(_test_row(r), ", GPU test", data) for r in doc.get("gpu_test_rows", [])]
+    out = []
+    for r, suffix, data in rows:
+        label = model_label(r["model"]) + suffix
+        if "error" in r:
+            out.append([label, r["mode"], "failed: " + r["error"][:120].replace("|", "/")] + [""] * 8 + [data])
+            continue
+        route = "the package" if r["route"] == "artifact" else f"torch.compile ({(r.get('why') or '')[:80]})"
+        out.append([label, r["mode"], route, f(r["eager_ready_s"]), f(r["restart_ready_s"]), f"**{f(r['x_eager'])}**",
+                    f(r["compiled_step_ms"]), f(r["restart_step_ms"]), f"**{f(r['x_compiled'])}**",
+                    f(r.get("build_s"), 1), f(r.get("package_mb"), 1), data])
+    return md_table(["model", "mode", "restart ran", "eager ready s", "restart ready s", "x eager",
+                     "torch.compile ms/step", "restart ms/step", "x torch.compile", "package build s", "package MB",
+                     "data"], out)
+
+
+def fleet_table(results: Path, name: str) -> str:
+    """Section 6b: bench/fleet.py's rows."""
+    doc = _read(results, name)
+
+    def service_p99(r: dict) -> str:
+        p99 = (r.get("service_p99_s") or {}).get("resolve.resolve")
+        return f"<= {p99:.1f} s" if p99 is not None else "-"
+
+    return md_table(["scenario", "restores", "errors", "wall s", "restores/s", "restore p50 s", "restore p99 s",
+                     "service resolve p99"],
+                    [[r["scenario"], r["restores"], r["errors"], f(r["wall_s"], 1), f(r["restores_per_s"], 1),
+                      f(r["p50_s"]), f(r["p99_s"]), service_p99(r)] for r in doc["rows"]])
+
+
+PLACEHOLDERS: Dict[str, Callable[..., str]] = {
+    "one-call-gpu": one_call_gpu_table, "ttfi-gpu": ttfi_gpu_table, "model-table": model_table, "fleet": fleet_table,
+}
+
+
+def section(name: str, results: Path) -> List[str]:
+    """bench/sections/<name>.md with each ``{{name args}}`` line made from ``results``; its leading
+    comment (what the file is, for whoever edits it) is left out of the page."""
+    text = (SECTIONS / f"{name}.md").read_text()
+    text = re.sub(r"\A<!--.*?-->\n", "", text, flags=re.S)
+
+    def table_for(m: re.Match) -> str:
+        kind, *args = m.group(1).split()
+        try:
+            return PLACEHOLDERS[kind](results, *args)
+        except FileNotFoundError as exc:  # a results folder of one run (run_all.py --out-dir) lacks the others
+            return f"*(no data here: {Path(exc.filename).name} is not in {results})*"
+
+    return [re.sub(r"^\{\{([^}]+)\}\}$", table_for, text.strip(), flags=re.M), ""]
+
+
+def dead_service_section(ds: dict) -> List[str]:
+    when = "".join(f", {ds[k]}" if k != "command" else f", `{ds[k]}`" for k in ("measured", "command", "load") if ds.get(k))
+    note = f" The rows were {ds['note']}." if ds.get("note") else ""
+    return ["## 8. A dead service: time to a miss", "",
+            "What a container start pays when the cache is down (bench/dead_service.py): one "
+            "`cachesvc-client restore --json` process with default settings per sample, against a loopback "
+            "port nothing listens on (*refused*), an address that drops every packet (*unroutable*: "
+            "10.255.255.1 in a private network namespace, a veth pair with nobody on the far end) and a "
+            "socket that accepts and never answers (*silent*: bounded by `timeout`, 30 s by default). "
+            "*process s* includes starting Python and importing the client; *report s* is the restore's "
+            f"own `seconds`. Medians of {ds['rounds']} rounds" + (f" ({when[2:]})" if when else "") + "." + note, "",
+            md_table(["service", "client", "process s", "report s", "reason (last sample)"],
+                     [[r["case"], r["client"], f(r["process_s"]), f(r["report_s"]),
+                       r["reason"].replace("|", "/")[:160]] for r in ds["rows"]]), ""]
+
+
+def render(doc: dict, results: Path = RESULTS, *, charts: bool = False) -> str:
+    """The page for ``doc`` (bench/run_all.py's JSON) with the sections of bench/sections/ and the tables
+    made from ``results``; with ``charts``, also draws sections 1 and 2's charts into docs/img/."""
+    if charts:
+        IMG.mkdir(parents=True, exist_ok=True)
     m = doc["machine"]
     parts = ["# Benchmarks", "",
              f"Measured {doc['date']} with `{doc['command']}` ({doc.get('mode', 'full')} run, "
-             f"{doc.get('seconds', 0) / 60:.0f} min). Raw numbers: [benchmarks.json](benchmarks.json)."
+             f"{doc.get('seconds', 0) / 60:.0f} min). Raw numbers: [bench/results/benchmarks.json]"
+             "(../bench/results/benchmarks.json); every file this page is made from is in bench/results/ "
+             "(`python bench/report.py` makes it again). How each ran, and what was found on the way: "
+             "[journal.md](journal.md)."
              + (f" ({doc['merged']}.)" if doc.get("merged") else ""), "",
              "Set-up: `pip install -e '.[bench]'`, `apt-get install wrk` (optional), PostgreSQL and Redis on "
              "127.0.0.1 (bench/README.md). `python bench/run_all.py --quick` is a one-round check (~5 min).", "",
@@ -189,13 +322,14 @@ def render(doc: dict, out_dir: Path) -> Path:
              "empty HOME, TMPDIR and cache dir, at the same paths as the cold container had.", ""]
     tg = targets(doc)
     if tg:
-        parts += ["## Targets (issue 4)", "",
+        parts += ["## Targets", "",
                   md_table(["target", "measured ratio", "met"],
                            [[t["target"], t.get("value") or f(t["ratio"], 3), "yes" if t["met"] else "**no**"]
                             for t in tg]), ""]
     if doc.get("ttfi"):
         t = doc["ttfi"]
-        chart_ttfi(doc, out_dir / "benchmarks-ttfi.png")
+        if charts:
+            chart_ttfi(doc, IMG / "benchmarks-ttfi.png")
         parts += ["## 1. Time to first inference in a fresh container", "",
                   f"Models on the CPU: `{'`, `'.join(t['models'])}` (demo/models.py), torch.compile default mode, "
                   f"{t['repeats']} rounds. *restore* is the step before torch.compile (cachesvc restore, copy, "
@@ -203,7 +337,7 @@ def render(doc: dict, out_dir: Path) -> Path:
                   "forward; *x floor* is their sum over the floor's.", "",
                   "![time to first inference](img/benchmarks-ttfi.png)", ""]
         if any(r["contender"] in ("cachesvc-mega", "cachesvc-aot", "cachesvc-pt2") for r in t["rows"]):
-            parts += ["The other version kinds (issue 8): *cachesvc-mega* restores a kind `mega-cache` version "
+            parts += ["The other version kinds: *cachesvc-mega* restores a kind `mega-cache` version "
                       "and loads it with `load_cache_artifacts` in its restore step, then runs torch.compile; "
                       "*cachesvc-aot* and *cachesvc-pt2* fetch a precompiled artifact (`aot-function`: "
                       "`aot_compile` + `save_compiled_function`; `pt2-package`: AOTInductor) in the restore "
@@ -227,12 +361,11 @@ def render(doc: dict, out_dir: Path) -> Path:
                                  f"{s['redis']['keys']} / {s['redis']['bytes'] / 1e6:.2f}" if s.get("redis") else "-"]
                                 for mdl, s in seeds.items()]),
                       ""]
-    one_call = Path(__file__).with_name("one_call.md")  # section 1b, measured by its own ttfi run (kept by hand)
-    if one_call.exists():
-        parts += [one_call.read_text().strip(), ""]
+    parts += section("one-call", results) + section("model-table", results)
     if doc.get("transfer"):
         tr = doc["transfer"]
-        chart_transfer(doc, out_dir / "benchmarks-transfer.png")
+        if charts:
+            chart_transfer(doc, IMG / "benchmarks-transfer.png")
         parts += ["## 2. Restore transfer: same content, three ways", "",
                   "Synthetic caches shaped like Inductor's (bench/synth.py), published once through cachesvc "
                   "(S3 backend) and uploaded as one .tar.zst (zstd level 3, like cachesvc's blobs). "
@@ -298,36 +431,29 @@ def render(doc: dict, out_dir: Path) -> Path:
                             "max s"],
                            [[r["scenario"], r["restores"], r["errors"], f(r["wall_s"]), f(r["restores_per_s"], 1),
                              f(r["p50_s"]), f(r["p90_s"]), f(r["p99_s"]), f(r["max_s"])] for r in ld["rows"]]), ""]
-    parts += gpu_section()
-    if doc.get("dead_service"):
-        ds = doc["dead_service"]
-        parts += ["## 8. A dead service: time to a miss", "",
-                  "What a container start pays when the cache is down (bench/dead_service.py): one "
-                  "`cachesvc-client restore --json` process with default settings per sample, against a loopback "
-                  "port nothing listens on (*refused*), an address that drops every packet (*unroutable*: "
-                  "10.255.255.1 in a private network namespace, a veth pair with nobody on the far end) and a "
-                  "socket that accepts and never answers (*silent*: bounded by `timeout`, 30 s by default). "
-                  "*process s* includes starting Python and importing the client; *report s* is the restore's "
-                  f"own `seconds`. Medians of {ds['rounds']} rounds.", "",
-                  md_table(["service", "client", "process s", "report s", "reason (last sample)"],
-                           [[r["case"], r["client"], f(r["process_s"]), f(r["report_s"]),
-                             r["reason"].replace("|", "/")[:160]] for r in ds["rows"]]), ""]
+    parts += section("fleet", results) + section("gpu-ttfi", results)
+    ds = doc.get("dead_service") or (_read(results, "benchmarks-dead-service.json")
+                                     if (results / "benchmarks-dead-service.json").exists() else None)
+    if ds:
+        parts += dead_service_section(ds)
     if tg:
         parts += ["## Closing note", "",
-                  "Measured against the targets of issue 4:", ""]
+                  "Measured against the targets:", ""]
         parts += [f"- {t['target']}: **{t.get('value') or f(t['ratio'], 3)}**, {'met' if t['met'] else 'missed'}"
                   for t in tg]
         parts += [""]
-    notes = Path(__file__).with_name("notes.md")
-    if notes.exists():
-        parts += [notes.read_text().strip(), ""]
-    path = out_dir / "benchmarks.md"
-    path.write_text("\n".join(parts))
-    return path
+    parts += section("notes", results)
+    return "\n".join(parts)
+
+
+def write(results: Path = RESULTS, *, charts: bool = False) -> Path:
+    """Rewrite docs/benchmarks.md from ``results`` (and the charts, with ``charts``)."""
+    PAGE.write_text(render(_read(results, "benchmarks.json"), results, charts=charts))
+    return PAGE
 
 
 def gpu_rows(paths: List[Path]) -> str:
-    """The markdown table of bench/ttfi.py JSON files from the GPU machine (for docs/gpu.md)."""
+    """The markdown table of bench/ttfi.py JSON files from the GPU machine (section 7)."""
     rows = []
     for path in paths:
         doc = json.loads(path.read_text())
@@ -338,12 +464,29 @@ def gpu_rows(paths: List[Path]) -> str:
                          f(r["speedup_vs_cold"], 1), f(r.get("ready_s")), f"{r['fxgraph_hits']} / {r['n']}",
                          path.name])
     return md_table(["model", "mode", "contender", "rounds", "restore s", "first call s", "sum s", "x floor",
-                     "speed-up vs cold", "process start to first output s", "fx-graph hits / runs", "run"], rows)
+                     "speed-up vs cold", "process start to first output s", "fx-graph hits / runs", "data"], rows)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default=str(RESULTS), help="the results folder (default bench/results/)")
+    ap.add_argument("--charts", action="store_true", help="redraw the charts of sections 1 and 2 (matplotlib)")
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/benchmarks.md is not what this makes")
+    ap.add_argument("--gpu-rows", nargs="+", metavar="JSON", help="print the table of bench/ttfi.py GPU files")
+    args = ap.parse_args(argv)
+    if args.gpu_rows:
+        print(gpu_rows([Path(a) for a in args.gpu_rows]))
+        return 0
+    results = Path(args.results)
+    if args.check:
+        made = render(_read(results, "benchmarks.json"), results)
+        if PAGE.read_text() != made:
+            print(f"{PAGE} is stale: run python bench/report.py", file=sys.stderr)
+            return 1
+        return 0
+    print(write(results, charts=args.charts))
+    return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--gpu-rows"]:  # python bench/report.py --gpu-rows bench/results/gpu/run6-ttfi-*.json
-        print(gpu_rows([Path(a) for a in sys.argv[2:]]))
-        sys.exit()
-    src = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks.json")
-    print(render(json.loads(src.read_text()), src.parent))
+    sys.exit(main())

@@ -1,12 +1,12 @@
-"""Run every benchmark of issue 4 and write docs/benchmarks.md, docs/benchmarks.json and the charts.
+"""Run every benchmark of the suite: bench/results/benchmarks.json, then docs/benchmarks.md and its charts.
 
     python bench/run_all.py            # full run (~16 min on 2 cores)
     python bench/run_all.py --quick    # one round, mlp only, smaller service data (~5 min)
 
 Sections: ttfi (time to first inference), transfer (restore throughput),
 publish (publish cost and storage dedup), service (resolve/list latency),
-load (200 concurrent restores of one entry, issue 5), dead_service (time to a miss
-when the service is down, issue 16).
+load (200 concurrent restores of one entry), dead_service (time to a miss
+when the service is down).
 Each section is also a script of its own (bench/<section>.py). The results
 are rendered after every section, so an interrupted run still leaves a
 report of what finished. Every server it starts (cachesvc, rclone) is
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import dead_service, load, publish, report, service, transfer, ttfi  # noqa: E402
-from bench.common import REPO, describe_source, log, machine, write_json  # noqa: E402
+from bench.common import describe_source, log, machine, write_json  # noqa: E402
 
 SECTIONS = ["ttfi", "transfer", "publish", "service", "load", "dead_service"]
 
@@ -34,7 +34,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="one round, mlp only, 20k service entries")
     p.add_argument("--sections", default=",".join(SECTIONS))
-    p.add_argument("--out-dir", default=str(REPO / "docs"))
+    p.add_argument("--out-dir", default=str(report.RESULTS), help="where benchmarks.json goes (bench/results/)")
     p.add_argument("--merge", action="store_true",
                    help="keep the other sections of an existing benchmarks.json (re-run only --sections)")
     p.add_argument("--service-ref", default="snapshot",
@@ -67,8 +67,8 @@ def main() -> None:
         doc[name] = plan[name]()
         doc["seconds"] = time.monotonic() - t0
         write_json(out / "benchmarks.json", doc)
-        report.render(doc, out)
-    log(f"done in {(time.monotonic() - t0) / 60:.1f} min: {out / 'benchmarks.md'}")
+        report.PAGE.write_text(report.render(doc, out, charts=True))
+    log(f"done in {(time.monotonic() - t0) / 60:.1f} min: {report.PAGE}")
     for t in report.targets(doc):
         print(f"{'MET ' if t['met'] else 'MISS'}  {t['target']}: {t.get('value') or round(t['ratio'], 3)}")
 

@@ -1,4 +1,4 @@
-"""Why did torch 2.11's AOTInductor loader die on every package on the H200? The probe (issue 18, docs/gpu.md run 13).
+"""Why did torch 2.11's AOTInductor loader die on every package on the H200? The probe (its runs: docs/journal.md).
 
     python bench/aoti_gpu_probe.py --work /tmp/aoti-probe --out probe.jsonl [--gdb]
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 # name -> Inductor options (besides package_constants_in_so)
 DEVICE = os.environ.get("PROBE_DEVICE", "cuda")
-OPTIONS = {"default": {}, "nolayout": {"layout_optimization": False}, "static": {}}  # nolayout: run 13's first grid
+OPTIONS = {"default": {}, "nolayout": {"layout_optimization": False}, "static": {}}  # nolayout: Inductor's layout optimisation off, in case it was the cause
 # the "static" build: the wrapper .so carries its own libstdc++ (hidden), not the process's
 STATIC_CXX = ('case " $* " in *" -shared "*) exec g++ "$@" -static-libstdc++ -static-libgcc -Wl,--exclude-libs,ALL;; '
               '*) exec g++ "$@";; esac\n')

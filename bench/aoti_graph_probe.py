@@ -1,4 +1,6 @@
-"""How far is a package from eager on perturbed weights, with and without a CUDA graph? (issue 18, docs/gpu.md run 15)
+"""How far is a package from eager on perturbed weights, with and without a CUDA graph?
+
+Its runs: docs/journal.md.
 
     python bench/aoti_graph_probe.py --models resnet50 --out probe.jsonl
 

@@ -1,4 +1,4 @@
-"""Why does a warm process still compile Triton kernels? A probe for the GPU runs (issue 6).
+"""Why does a warm process still compile Triton kernels? A probe for the GPU runs (docs/journal.md).
 
     python bench/gpu_probe.py --model encoder6 --mode max-autotune-no-cudagraphs --out probe.json
 

@@ -6,12 +6,12 @@ with the C compiler the first time a process starts the GPU driver, into
 ``triton.runtime.build.compile_module_from_src``). Every process starts the driver before Inductor
 points ``TRITON_CACHE_DIR`` at ``<inductor cache dir>/triton/<device>``, so the helper lives in
 Triton's own dir, ``~/.triton/cache`` (or ``$TRITON_HOME/.triton/cache``): the compiling process
-and the one that loads the model from the cache both load it from there (H200 probe, docs/gpu.md
-run 9).
+and the one that loads the model from the cache both load it from there (on an H200, read from
+each process's ``/proc/self/maps`` after its first call).
 
 By the time the compiling process publishes, Inductor has set ``TRITON_CACHE_DIR``, so its roots
 (``roots.default_roots``) leave Triton's own dir out, and its snapshot lacked the helper: every
-restore of it built the helper again (0.3-3.2 s on an H200: docs/gpu.md, runs 7 and 8). ``add``
+restore of it built the helper again (0.3-3.2 s on an H200). ``add``
 lists the helpers this process loaded (``/proc/self/maps``) that no root covers, under a
 ``triton`` root for Triton's own dir.
 

@@ -11,7 +11,7 @@ config but drops the ``found_by_coordesc`` mark, and it skips kernels
 compiled with a single config. ``run()`` then tunes those kernels again at
 their first launch: 2 of 10 kernels of the 6-layer encoder on an H200, ~2-3 s
 of benchmarking and new Triton compiles, in the floor as in a restored
-process (bench/gpu_probe.py; docs/gpu.md). torch 2.13's version of the method
+process (measured with bench/probes/gpu_probe.py). torch 2.13's version of the method
 carries the mark over; ``apply()`` installs that behaviour where it is
 missing, and does nothing on releases that have it.
 

@@ -8,8 +8,7 @@ code (std::regex in ``parse_device_str``, the first thing the loader runs)
 disagrees with the runtime's and the process dies of SIGSEGV. The H200
 machine had exactly that: ``CXX=/opt/gcc/bin/g++`` against Ubuntu's
 libstdc++ 6.0.33; every package (an mlp too) crashed at load, and the same
-packages loaded with the runtime preloaded or linked statically
-(docs/gpu.md, run 13). A builder container and the inference containers
+packages loaded with the runtime preloaded or linked statically. A builder container and the inference containers
 that load its package need not share a runtime either.
 
 So the wrapper is linked with ``-static-libstdc++ -static-libgcc``,

@@ -37,7 +37,7 @@ def tolerance(dtype: Any, device: str = "cpu") -> float:
                                                        or torch.backends.cuda.matmul.allow_tf32):
         # TF32 (cuDNN's default for convolutions): on the weights verify perturbs, ResNet-50's outputs reach
         # 5128 on the H200, eager's own TF32 noise (against full float32) is 3.19 and the package's distance
-        # from eager 1.28, 2.5e-4 of the scale (docs/gpu.md, run 15); a wrong package is off by the scale
+        # from eager 1.28, 2.5e-4 of the scale; a wrong package is off by the scale
         return 1e-2
     return {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(dtype, 1e-3)
 

@@ -1,8 +1,7 @@
 """The compiler a package's wrapper is built with carries its own C++ runtime, hidden (client/one_call/cxx.py).
 
 A package whose wrapper used the process's libstdc++ died of SIGSEGV at load
-on the H200 machine, whose compiler was newer than that runtime (docs/gpu.md,
-run 13). These build a real shared library through the wrapping script with
+on the H200 machine, whose compiler was newer than that runtime. These build a real shared library through the wrapping script with
 the machine's compiler and read its ELF dynamic section: no libstdc++ needed,
 none of its symbols exported. The missing-static-library case needs a
 compiler without libstdc++.a, which this machine does not have: a fake one

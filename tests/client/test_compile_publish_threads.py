@@ -3,7 +3,7 @@
 On the H200 (torch 2.11) a cold one-call ViT-B/16 died (KeyError 'custom',
 then terminate) when the background thread exported the model while the
 serving thread ran compiled calls: both set torch.fx's module-level node
-metadata (docs/gpu.md, run 13). So no torch.export, and no Inductor build,
+metadata. So no torch.export, and no Inductor build,
 may run in the background thread beside the serving one. These spy on the
 real functions (calling through), keep calling the compiled model while the
 publish runs, and check who ran what.

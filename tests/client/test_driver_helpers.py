@@ -115,7 +115,7 @@ def test_restore_of_a_compiling_process_snapshot_brings_the_helper_to_tritons_di
 def test_an_artifact_published_by_a_process_with_the_helper_loaded_is_its_one_file(live_server, tmp_path, monkeypatch,
                                                                                   load_helper):
     """On the H200 the one call's package version carried the helper under a triton root, which an
-    artifact fetch refuses ("unknown root role 'triton'"): every restart missed (docs/gpu.md, run 13)."""
+    artifact fetch refuses ("unknown root role 'triton'"): every restart missed."""
     a = enter_container(monkeypatch, tmp_path / "a")
     load_helper(a / "home/.triton/cache")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(a / "cache/triton/0"))

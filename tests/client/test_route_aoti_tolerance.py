@@ -1,8 +1,8 @@
 """How close a package must be to eager before it is published (one_call/verify.py: close).
 
 On the H200 the publish check's perturbed weights made ResNet-50's outputs
-reach 5128; eager's own TF32 noise was 3.19 and the package 1.28 from eager
-(docs/gpu.md, run 15). A fixed absolute tolerance (0.05) refused every
+reach 5128; eager's own TF32 noise was 3.19 and the package 1.28 from eager.
+A fixed absolute tolerance (0.05) refused every
 correct package; the tolerance is a fraction of the output's scale, so a
 package off by the output's scale (another model's weights) is still refused.
 """
@@ -24,7 +24,7 @@ def logits(scale: float) -> torch.Tensor:
 def test_tf32_noise_on_a_large_output_passes_and_a_wrong_answer_does_not():
     want = logits(5128.0)
     got = want.clone()
-    got[3, 171] += 1.28  # run 15's distance, on the element where the relative error is largest
+    got[3, 171] += 1.28  # the H200's measured distance, on the element where the relative error is largest
     close(got, want, "cuda")
     with pytest.raises(AssertionError):
         close(want * 0.8, want, "cuda")  # other weights: off by a fraction of the scale

@@ -1,7 +1,7 @@
 """client/torch_fixes.py: cached coordinate-descent winners keep their mark on load.
 
 The GPU proof is tests/e2e/test_gpu_restart.py's max-autotune case (no kernel
-tuned or compiled again after a restore, docs/gpu.md). Here: the replacement
+tuned or compiled again after a restore). Here: the replacement
 method's decisions, on a stand-in for the few names of torch's module it uses,
 and that the installed torch is left alone when it already has the fix.
 """

@@ -1,7 +1,7 @@
 """The one call on a CUDA GPU: a restarted container loads the published package without Dynamo or Inductor.
 
 Skipped without a GPU (CI has none); run on the H200 through the device tool
-(docs/gpu.md). The models include transformers' BERT (an encoder) and GPT-2 (a decoder, in
+(docs/gpu.md says how). The models include transformers' BERT (an encoder) and GPT-2 (a decoder, in
 reduce-overhead), built from configs and called with keyword arguments. Per model: a cold container compiles through
 ``cachesvc_client.compile`` and publishes (the package is built and checked
 in a child process first: a loader that crashes stops the publish, not the
@@ -67,7 +67,7 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     row["step_x_compiled"] = warm["step_ms"] / floor["step_ms"] if floor.get("step_ms") else None
     record(**row)
     assert cold["publish"]["done"] and cold["publish"]["snapshot"]["status"] == "committed", cold["publish"]
-    # TF32 convolutions: torch.compile's own ResNet-50 output is 0.018 from eager's on the H200 (bench/results/gpu/run12)
+    # TF32 convolutions: torch.compile's own ResNet-50 output is 0.018 from eager's on the H200
     assert warm["max_abs_diff"] < GPU_TOL and cold["max_abs_diff"] < GPU_TOL
     # the headline claim: the package was built, checked and published, and the restart loaded it (a build
     # or check that fails on the GPU is a failure here, with the publish's reason and the fallback taken)
@@ -76,7 +76,7 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
                                                   f"the restart's compile: {warm['compile']}"
     assert warm["compile"]["source"] == "artifact", warm["compile"]
     # nothing traced or compiled; and nothing imported that eager does not import (torchvision on CUDA
-    # imports torch._dynamo itself, docs/gpu.md run 12; Triton: the key's environment reads its version)
+    # imports torch._dynamo itself, eager's container too; Triton: the key's environment reads its version)
     assert "frames" not in warm["counters_all"] and not warm["counters"], warm["counters_all"]
     extra = [m for m in ("torch._dynamo", "torch._inductor") if warm["imported"][m] and not eager["imported"][m]]
     assert not extra, (warm["imported"], eager["imported"])

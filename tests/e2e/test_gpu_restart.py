@@ -1,7 +1,7 @@
 """The restart flow on a CUDA GPU: Triton kernels, CUDA graphs, autotuning results, ranks.
 
 Skipped without a GPU (CI has none); run on the H200 through the device tool
-(docs/gpu.md). Each case: a cold container compiles and publishes; the same
+(docs/gpu.md says how). Each case: a cold container compiles and publishes; the same
 container again is the floor; a restarted container (same paths, empty HOME,
 TMPDIR, cache dir) restores and must hit with no compile artifact of its own:
 no Triton kernel, launcher or autotune result is rebuilt. A relocated restore
@@ -64,7 +64,7 @@ def test_gpu_restart_restores_kernels_and_autotuning(service, tmp_path, model, m
     assert cold["publish"]["status"] == "committed"
     published = ctr.artifacts()
     # What the cold process published, as against what its container holds: a binary the compiling
-    # process had but left out (Triton's driver helper, docs/gpu.md runs 7-10) is built again after a restore.
+    # process had but left out (Triton's driver helper: client/driver_helpers.py) is built again after a restore.
     manifested = manifest(service, cold["publish"]["version_id"])
     floor = ctr.run_worker(*args)
     assert floor["counters"].get("fxgraph_cache_hit", 0) >= 1

@@ -1,4 +1,4 @@
-"""A fleet's start: 1,000 restores of one entry at once through 2 service replicas (issue 26, "Load").
+"""A fleet's start: 1,000 restores of one entry at once through 2 service replicas.
 
     python bench/fleet.py [--restores 1000] [--procs 8] [--replicas 2] [--files 20] [--mb 2] [--slow 64]
                           [--out FILE]
@@ -9,7 +9,7 @@ blob bytes go from S3 to the clients), publishes one entry, then releases ``--re
 once from ``--procs`` processes (``bench/load.py``'s worker: every restore a fresh CacheClient into an
 empty cache dir, every file hashed after), each process on one replica in turn, as a Service spreads
 pods. Second scenario: the same with ``--slow`` connections per replica holding unfinished headers
-(issue 26, row 3) from the start to the end. Reports errors, the restores' p50/p99 (client side, start
+(as tests/service/test_slow_clients.py does) from the start to the end. Reports errors, the restores' p50/p99 (client side, start
 to last file placed) and each endpoint's p99 inside the service (its /metrics histogram, summed over
 the replicas: the upper bound of the bucket the 99th percentile falls in).
 """
@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import log, percentile, table, workdir, write_json  # noqa: E402
-from bench.load import ENV, NAME, PG, SHAPE, make_entry  # noqa: E402
+from bench.common import log, percentile, workdir  # noqa: E402
+from bench.load import ENV, NAME, PG, SHAPE, make_entry, print_and_save  # noqa: E402
 from demo.s3server import S3Server  # noqa: E402
 from demo.service import ServiceProcess  # noqa: E402
 
@@ -161,16 +161,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
         s3.stop()
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    print(table(["scenario", "restores", "errors", "wall s", "restores/s", "p50 s", "p99 s"],
-                [[r["scenario"], r["restores"], r["errors"], r["wall_s"], r["restores_per_s"], r["p50_s"],
-                  r["p99_s"]] for r in doc["rows"]]))
-    for r in doc["rows"]:
-        print(f"  {r['scenario']}: service p99 by endpoint {r['service_p99_s']}")
-        for e in r["first_errors"]:
-            print(f"  {r['scenario']}: {e}")
-    if args.out:
-        write_json(Path(args.out), doc)
-    return doc
+    return print_and_save(doc, args.out, quantiles=("p50", "p99"),
+                          note=lambda r: f"service p99 by endpoint {r['service_p99_s']}")
 
 
 if __name__ == "__main__":

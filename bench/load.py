@@ -1,4 +1,4 @@
-"""Load: 200 concurrent restores of one popular entry, gunicorn + PostgreSQL + S3 on loopback (issue 5).
+"""Load: 200 concurrent restores of one popular entry, gunicorn + PostgreSQL + S3 on loopback.
 
     python bench/load.py [--restores 200] [--procs 8] [--files 40] [--mb 4] [--out FILE]
 
@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -183,14 +183,24 @@ def main(argv: Optional[List[str]] = None) -> dict:
                 s3.stop()
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    print(table(["scenario", "restores", "errors", "wall s", "restores/s", "p50 s", "p90 s", "p99 s", "max s"],
-                [[r["scenario"], r["restores"], r["errors"], r["wall_s"], r["restores_per_s"], r["p50_s"],
-                  r["p90_s"], r["p99_s"], r["max_s"]] for r in doc["rows"]]))
+    return print_and_save(doc, args.out)
+
+
+def print_and_save(doc: dict, out: Optional[str], *, quantiles: Sequence[str] = ("p50", "p90", "p99", "max"),
+                   note: Optional[Callable[[dict], str]] = None) -> dict:
+    """Print ``doc``'s restore rows as a table (the ``quantiles`` of each row's ``<q>_s``), then per row
+    ``note(row)`` when given and its first errors; write ``doc`` to ``out`` when given. Returns ``doc``.
+    Shared by this script and bench/fleet.py, whose rows have the same shape."""
+    print(table(["scenario", "restores", "errors", "wall s", "restores/s", *(f"{q} s" for q in quantiles)],
+                [[r["scenario"], r["restores"], r["errors"], r["wall_s"], r["restores_per_s"],
+                  *(r[f"{q}_s"] for q in quantiles)] for r in doc["rows"]]))
     for r in doc["rows"]:
+        if note is not None:
+            print(f"  {r['scenario']}: {note(r)}")
         for e in r["first_errors"]:
             print(f"  {r['scenario']}: {e}")
-    if args.out:
-        write_json(Path(args.out), doc)
+    if out:
+        write_json(Path(out), doc)
     return doc
 
 

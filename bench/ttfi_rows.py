@@ -66,7 +66,7 @@ def print_summary(rows: List[dict]) -> None:
 
 def chart_ready(rows: List[dict], path: str, goal: float = 1.5) -> None:
     """Bars of the time to first output per contender and model, with each model's eager time and
-    ``goal`` times it (issue 18: 1.5x on the CPU, 1.25x on the H200) as lines."""
+    ``goal`` times it (the one call's goal: 1.5x on the CPU, 1.25x on the H200) as lines."""
     import matplotlib
 
     matplotlib.use("Agg")

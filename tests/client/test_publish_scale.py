@@ -1,6 +1,6 @@
 """Issue 15, item 11: a publish of a manifest at the file limit completes with the client's default timeouts.
 
-The service's limit is lowered to 20,000 files (the default CACHESVC_MAX_FILES is 100,000: bench/publish_scale.py
+The service's limit is lowered to 20,000 files (the default CACHESVC_MAX_FILES is 100,000: bench/probes/publish_scale.py
 measures that on PostgreSQL + S3, docs/benchmarks.md); the publish holds exactly that many, tiny ones (packed)
 and two large ones (uploaded loose, their targets asked for in batches of one).
 """

@@ -1,6 +1,6 @@
 """Why does a warm process still compile Triton kernels? A probe for the GPU runs (docs/journal.md).
 
-    python bench/gpu_probe.py --model encoder6 --mode max-autotune-no-cudagraphs --out probe.json
+    python bench/probes/gpu_probe.py --model encoder6 --mode max-autotune-no-cudagraphs --out probe.json
 
 Runs a cold container, the floor (same container again) and a restarted
 container that restores through cachesvc, each with ``hook`` installed
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 LOG = os.environ.get("PROBE_LOG")
 
@@ -144,7 +144,7 @@ def main(argv=None) -> None:
     shutil.rmtree(work, ignore_errors=True)
     extra = dict(kv.split("=", 1) for kv in args.env)
     warm_env = dict(kv.split("=", 1) for kv in args.warm_env)
-    wargs = ("--model", args.model, "--mode", args.mode, "--device", "cuda", "--restore-hook", "bench.gpu_probe:hook")
+    wargs = ("--model", args.model, "--mode", args.mode, "--device", "cuda", "--restore-hook", "bench.probes.gpu_probe:hook")
     result = {"model": args.model, "mode": args.mode, "env": extra, "runs": {}}
     with ServiceProcess(work / "svc") as svc:
         ctr = Container(work / "host")

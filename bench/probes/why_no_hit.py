@@ -1,6 +1,6 @@
 """Resolve latency of a miss with its explanation and of each fallback step, against an exact hit.
 
-    python bench/why_no_hit.py [--entries 20000 100000] [--rounds 200]
+    python bench/probes/why_no_hit.py [--entries 20000 100000] [--rounds 200]
 
 In-process (``cachesvc.resolve.resolver.resolve`` on one session, no HTTP), on a
 fresh PostgreSQL database (``BENCH_PG``; created and dropped) loaded with
@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import log, percentile, table  # noqa: E402
 from bench.service import ENV, _pg  # noqa: E402

@@ -1,6 +1,6 @@
 """Why did torch 2.11's AOTInductor loader die on every package on the H200? The probe (its runs: docs/journal.md).
 
-    python bench/aoti_gpu_probe.py --work /tmp/aoti-probe --out probe.jsonl [--gdb]
+    python bench/probes/aoti_gpu_probe.py --work /tmp/aoti-probe --out probe.jsonl [--gdb]
 
 Builds weightless packages in parallel child processes, as the one call's
 builder does, for each model: with Inductor's own compiler (``default``;
@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # name -> Inductor options (besides package_constants_in_so)

@@ -1,6 +1,6 @@
 """Restore of one synthetic set (small by default), an older client against this one, interleaved in one process.
 
-    python bench/transfer_ab.py --old-ref 4603fdf [--rounds 30] [--size small|large] [--seed-old 0 --seed-new 1]
+    python bench/probes/transfer_ab.py --old-ref 4603fdf [--rounds 30] [--size small|large] [--seed-old 0 --seed-new 1]
                                 [--out FILE]
 
 On a small shared machine, runs of bench/transfer.py minutes apart differ more
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import REPO, log, make_tarball, service, service_source, workdir, write_json  # noqa: E402
 from bench import synth  # noqa: E402

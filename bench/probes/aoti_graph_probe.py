@@ -2,7 +2,7 @@
 
 Its runs: docs/journal.md.
 
-    python bench/aoti_graph_probe.py --models resnet50 --out probe.jsonl
+    python bench/probes/aoti_graph_probe.py --models resnet50 --out probe.jsonl
 
 Builds the one call's weightless package for each model the way the
 publisher does (one_call.export, then one_call.build in a child), then,
@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def probe(model_name: str, work: str) -> dict:
     import torch
 
-    from bench.aoti_gpu_probe import _step_ms
+    from bench.probes.aoti_gpu_probe import _step_ms
     from cachesvc_client.one_call import build as package_build, export, runner, verify
     from cachesvc_client.one_call.child import capture_on_other_weights
     from demo.models import build

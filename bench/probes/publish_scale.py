@@ -1,6 +1,6 @@
 """Publish at scale: create and commit time of one publish of 1k, 10k and 100k files, PostgreSQL + S3.
 
-    python bench/publish_scale.py [--files 1000,10000,100000] [--size 1024] [--service-ref snapshot]
+    python bench/probes/publish_scale.py [--files 1000,10000,100000] [--size 1024] [--service-ref snapshot]
                                   [--timeout 900] [--out FILE]
 
 For each count, a fresh PostgreSQL database and S3 bucket (rclone on
@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Dict, List
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import log, service, service_source, table, workdir, write_json  # noqa: E402
 from bench.service import _pg  # noqa: E402

@@ -53,7 +53,7 @@ def machine() -> Dict[str, str]:
 
 def _rclone_version() -> str:
     try:
-        from demo.s3server import rclone_binary
+        from harness.s3server import rclone_binary
 
         out = subprocess.run([rclone_binary(), "version"], capture_output=True, text=True, timeout=10).stdout
         return out.split()[1] if out else "-"
@@ -226,16 +226,16 @@ def describe_source(ref: str, paths: Sequence[str]) -> str:
 
 
 def service(data_dir: Path, src_env: Dict[str, str], env: Optional[Dict[str, str]] = None, **kw):
-    """A demo ServiceProcess running the code ``src_env`` names (see ``service_source``).
+    """A harness ServiceProcess running the code ``src_env`` names (see ``service_source``).
 
     A service from before bearer tokens has no `cachesvc token create`: none is made for it.
     """
-    from demo.service import ServiceProcess
+    from harness.service import ServiceProcess
 
     src = src_env.get("PYTHONPATH", "").split(os.pathsep)[0]  # the copy; the caller's path follows it
     if src and not (Path(src) / "cachesvc" / "auth.py").exists():
         try:
             return ServiceProcess(data_dir, env={**src_env, **(env or {})}, write_token=False, **kw)
-        except TypeError:  # a demo/service.py from before tokens
+        except TypeError:  # a harness/service.py from before tokens
             pass
     return ServiceProcess(data_dir, env={**src_env, **(env or {})}, **kw)

@@ -1,6 +1,6 @@
-"""The alternatives to cachesvc, as hooks that demo/worker.py calls inside a fresh container.
+"""The alternatives to cachesvc, as hooks that harness/worker.py calls inside a fresh container.
 
-    python demo/worker.py --model mlp --restore-hook bench.contenders:tarball_s3
+    python harness/worker.py --model mlp --restore-hook bench.contenders:tarball_s3
 
 Each ``--restore-hook`` runs before torch.compile and is timed as the
 restore step; each reads what it needs from ``BENCH_*`` environment

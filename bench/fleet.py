@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import log, percentile, workdir  # noqa: E402
 from bench.load import ENV, NAME, PG, SHAPE, make_entry, print_and_save  # noqa: E402
-from demo.s3server import S3Server  # noqa: E402
-from demo.service import ServiceProcess  # noqa: E402
+from harness.s3server import S3Server  # noqa: E402
+from harness.service import ServiceProcess  # noqa: E402
 
 _BUCKET = re.compile(r'^cachesvc_http_request_seconds_bucket\{endpoint="([^"]+)",le="([^"]+)"\} (\S+)$', re.M)
 

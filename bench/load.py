@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import log, percentile, service, service_source, table, workdir, write_json  # noqa: E402
-from demo.s3server import S3Server  # noqa: E402
+from harness.s3server import S3Server  # noqa: E402
 
 PG = os.environ.get("BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 ENV = {"torch": "2.13.0+cpu", "triton": "none", "cuda": "none", "python": "3.11", "device": "x86_64",

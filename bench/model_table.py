@@ -5,7 +5,7 @@ state against torch.compile's, for every model x dtype x mode, in fresh containe
     python bench/model_table.py --device cuda --models bert-large,gpt2-large,roberta-large,opt-large,vit-large \
         --dtypes fp32,bf16,fp16 --out bench/results/gpu/model-table.json   # the H200 table (bench/README.md)
 
-Models are demo/models.py's names: transformers' families (demo/hf_models.py: built from configs with
+Models are harness/models.py's names: transformers' families (harness/hf_models.py: built from configs with
 random weights, called with keyword arguments) and the torchvision ones where torchvision imports.
 Each row is four containers, each with its own empty HOME, TMPDIR and cache dir:
 
@@ -33,14 +33,14 @@ from typing import Dict, List, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import log, service, service_source, workdir, write_json  # noqa: E402
-from demo.containers import Container  # noqa: E402
+from harness.containers import Container  # noqa: E402
 
 MODELS = "bert,gpt2,roberta,distilbert,opt,llama,vit"
 DTYPE_SUFFIX = {"fp32": "", "bf16": "-bf16", "fp16": "-fp16"}
 
 
 def row_model(model: str, dtype: str) -> str:
-    """demo/models.py's name of ``model`` in ``dtype`` (transformers' models take a dtype suffix)."""
+    """harness/models.py's name of ``model`` in ``dtype`` (transformers' models take a dtype suffix)."""
     if dtype not in DTYPE_SUFFIX:
         raise SystemExit(f"unknown dtype {dtype!r}: use {', '.join(DTYPE_SUFFIX)}")
     return model + DTYPE_SUFFIX[dtype]
@@ -74,7 +74,7 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int) -> 
 
 
 def plan(args: argparse.Namespace) -> List[Tuple[str, str]]:
-    """The rows to run: (demo model name, mode), from --rows or the product of --models, --dtypes, --modes."""
+    """The rows to run: (harness model name, mode), from --rows or the product of --models, --dtypes, --modes."""
     if args.rows:
         return [(spec.partition("@")[0], spec.partition("@")[2] or "default") for spec in args.rows.split(",")]
     return [(row_model(base, dtype), mode) for base in args.models.split(",") for dtype in args.dtypes.split(",")
@@ -100,7 +100,7 @@ def markdown(rows: List[Dict]) -> str:
 
 def main(argv=None) -> List[Dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=MODELS, help="demo/models.py names, comma-separated")
+    p.add_argument("--models", default=MODELS, help="harness/models.py names, comma-separated")
     p.add_argument("--dtypes", default="fp32,bf16", help="fp32, bf16, fp16 (transformers' models)")
     p.add_argument("--modes", default="default,reduce-overhead", help="torch.compile modes")
     p.add_argument("--device", default="cpu", help="cpu | cuda")

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import workdir, log, make_tarball, service, service_source, table, write_json  # noqa: E402
 from bench.ttfi import container_roots  # noqa: E402
 from cachesvc_client import roots as roots_mod  # noqa: E402
-from demo.containers import Container  # noqa: E402
-from demo.s3server import S3Server  # noqa: E402
+from harness.containers import Container  # noqa: E402
+from harness.s3server import S3Server  # noqa: E402
 
 PREFIX = "cachesvc"
 

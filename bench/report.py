@@ -198,7 +198,7 @@ def model_table_files(results: Path, gpu: bool) -> List[Path]:
     return out
 
 
-#: transformers' ``-large`` configs (demo/hf_models.py: hidden 768, 12 layers, 12 heads), by the model they match
+#: transformers' ``-large`` configs (harness/hf_models.py: hidden 768, 12 layers, 12 heads), by the model they match
 LARGE_NAMES = {"bert": "BERT-base", "gpt2": "GPT-2", "roberta": "RoBERTa-base", "distilbert": "DistilBERT",
                "opt": "OPT-125M", "llama": "Llama (768 wide)", "vit": "ViT-B"}
 
@@ -318,7 +318,7 @@ def render(doc: dict, results: Path = RESULTS, *, charts: bool = False) -> str:
              "Every number is a median over alternating rounds (all contenders of a round run back to back, "
              f"in a {(doc.get('ttfi') or {}).get('order', 'rotated')} order) on a shared 2-core VM; spread "
              "between rounds is in the JSON's samples. "
-             "Every contender of section 1 is a fresh simulated container (`demo/containers.py`): its own "
+             "Every contender of section 1 is a fresh simulated container (`harness/containers.py`): its own "
              "empty HOME, TMPDIR and cache dir, at the same paths as the cold container had.", ""]
     tg = targets(doc)
     if tg:
@@ -331,7 +331,7 @@ def render(doc: dict, results: Path = RESULTS, *, charts: bool = False) -> str:
         if charts:
             chart_ttfi(doc, IMG / "benchmarks-ttfi.png")
         parts += ["## 1. Time to first inference in a fresh container", "",
-                  f"Models on the CPU: `{'`, `'.join(t['models'])}` (demo/models.py), torch.compile default mode, "
+                  f"Models on the CPU: `{'`, `'.join(t['models'])}` (harness/models.py), torch.compile default mode, "
                   f"{t['repeats']} rounds. *restore* is the step before torch.compile (cachesvc restore, copy, "
                   "download + extract, `load_cache_artifacts`); *first call* is torch.compile plus the first "
                   "forward; *x floor* is their sum over the floor's.", "",

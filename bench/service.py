@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import workdir, log, percentile, service, service_source, table, write_json  # noqa: E402
 from cachesvc_client import keys  # noqa: E402
-from demo.s3server import S3Server  # noqa: E402
+from harness.s3server import S3Server  # noqa: E402
 
 PG = os.environ.get("BENCH_PG", "host=127.0.0.1 port=5432 user=postgres dbname=test")
 ENV = {"torch": "2.13.0+cu128", "triton": "3.5.0", "cuda": "12.8", "python": "3.11", "device": "NVIDIA H100",

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import (workdir, extract_tarball_stream, log, make_tarball, median, service, service_source,  # noqa: E402
                           table, write_json)
 from bench import synth  # noqa: E402
-from demo.s3server import S3Server  # noqa: E402
+from harness.s3server import S3Server  # noqa: E402
 
 WAYS = ["cachesvc", "boto3-threads", "tarball"]
 ENV = {"torch": "2.13.0+cpu", "triton": "none", "cuda": "none", "python": "3.11", "device": "cpu",

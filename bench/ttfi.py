@@ -60,9 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import workdir, log, make_tarball, service, service_source, write_json
 from bench.ttfi_rows import chart_ready, print_summary, sample_row, summarize
-from demo.containers import Container
-from demo.s3server import S3Server
-from demo.service import ServiceProcess  # noqa: F401 (type in Bench)
+from harness.containers import Container
+from harness.s3server import S3Server
+from harness.service import ServiceProcess  # noqa: F401 (type in Bench)
 
 CONTENDERS = ["cold", "eager", "cachesvc-compile", "copy-cache-dir", "cachesvc-local", "cachesvc-s3", "megacache-s3", "tarball-s3", "redis",
               "cachesvc-mega", "cachesvc-aot", "cachesvc-pt2", "cachesvc-remote"]
@@ -113,7 +113,7 @@ def container_roots(ctr: Container) -> Dict[str, str]:
 
 
 def worker_args(model: str, device: str, steps: int = 0) -> List[str]:
-    """demo/worker.py's flags for ``model`` (``name`` or ``name@mode``) on ``device``, timing ``steps`` calls."""
+    """harness/worker.py's flags for ``model`` (``name`` or ``name@mode``) on ``device``, timing ``steps`` calls."""
     name, _, mode = model.partition("@")
     return ["--model", name, "--mode", mode or "default", "--device", device, "--steps", str(steps)]
 

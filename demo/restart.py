@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from demo.containers import Container  # noqa: E402
-from demo.service import ServiceProcess  # noqa: E402
+from harness.containers import Container  # noqa: E402
+from harness.service import ServiceProcess  # noqa: E402
 
 
 def mb(n: int) -> str:

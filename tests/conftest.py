@@ -69,8 +69,8 @@ from sqlalchemy.engine import make_url
 import cachesvc
 from cachesvc import db as cachesvc_db
 from cachesvc.storage import Storage, from_url
-from demo.s3server import S3Server  # the one rclone launcher (benchmarks use it too)
-from demo.service import free_port
+from harness.s3server import S3Server  # the one rclone launcher (benchmarks use it too)
+from harness.service import free_port
 
 PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -19,7 +19,7 @@ from typing import List
 
 import pytest
 
-from demo.service import free_port
+from harness.service import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ("README.md", "docs/operations.md")

@@ -70,7 +70,7 @@ def child_build(model_name: str, weights: str, options: str, path: str) -> None:
     import torch
     import torch._inductor.config as inductor_config
 
-    from demo.models import build
+    from harness.models import build
 
     model, inputs = build(model_name, DEVICE)
     _mark("model", t0)
@@ -141,7 +141,7 @@ def child_reference(model_name: str) -> None:
     t0 = time.perf_counter()
     import torch
 
-    from demo.models import build
+    from harness.models import build
 
     model, inputs = build(model_name, DEVICE)
     row = {}

@@ -32,7 +32,7 @@ def probe(model_name: str, work: str) -> dict:
     from bench.probes.aoti_gpu_probe import _step_ms
     from cachesvc_client.one_call import build as package_build, export, runner, verify
     from cachesvc_client.one_call.child import capture_on_other_weights
-    from demo.models import build
+    from harness.models import build
 
     model, inputs = build(model_name, "cuda")
     exported, package = f"{work}/{model_name}.exported.pt2", f"{work}/{model_name}.pt2"

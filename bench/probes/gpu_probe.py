@@ -127,8 +127,8 @@ def _read(path: Path) -> list:
 
 
 def main(argv=None) -> None:
-    from demo.containers import Container
-    from demo.service import ServiceProcess
+    from harness.containers import Container
+    from harness.service import ServiceProcess
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="encoder6")

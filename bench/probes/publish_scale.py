@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import log, service, service_source, table, workdir, write_json  # noqa: E402
 from bench.service import _pg  # noqa: E402
 from cachesvc_client import CacheClient  # noqa: E402
-from demo.s3server import S3Server  # noqa: E402
+from harness.s3server import S3Server  # noqa: E402
 
 #: the client's default per-call timeout (CacheClient(timeout=...))
 DEFAULT_TIMEOUT = CacheClient().timeout

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import REPO, log, make_tarball, service, service_source, workdir, write_json  # noqa: E402
 from bench import synth  # noqa: E402
 from bench.transfer import ENV, PREFIX, listing_of, restore_boto3, restore_tarball  # noqa: E402
-from demo.s3server import S3Server  # noqa: E402
+from harness.s3server import S3Server  # noqa: E402
 
 WAYS = ["cachesvc-old", "cachesvc-new", "boto3-threads", "tarball"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from cachesvc_client.one_call import support
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 
 pytestmark = pytest.mark.slow
 TOL = 1e-4

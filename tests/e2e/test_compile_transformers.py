@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from cachesvc_client.one_call import support  # noqa: E402
-from demo.containers import Container  # noqa: E402
-from demo.service import ServiceProcess  # noqa: E402
+from harness.containers import Container  # noqa: E402
+from harness.service import ServiceProcess  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TOL = 1e-4

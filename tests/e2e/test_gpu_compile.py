@@ -21,8 +21,8 @@ import os
 
 import pytest
 
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.slow,

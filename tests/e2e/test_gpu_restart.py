@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.slow,
@@ -103,7 +103,7 @@ def test_ranks_on_one_gpu_restore_once_and_all_hit(service, tmp_path):
     ctr = Container(tmp_path / "host")
     ctr.run_worker(*args, "--publish", **env)
     ctr.restart()
-    cmd = [sys.executable, str(Path(__file__).resolve().parents[2] / "demo" / "worker.py"), *args, "--restore"]
+    cmd = [sys.executable, str(Path(__file__).resolve().parents[2] / "harness" / "worker.py"), *args, "--restore"]
     procs = [subprocess.Popen(cmd, env=ctr.env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
     results = []

@@ -25,9 +25,9 @@ import pytest
 import requests
 
 from cachesvc_client import keyenv
-from demo.containers import REPO, Container
-from demo.models import signature
-from demo.service import ServiceProcess
+from harness.containers import REPO, Container
+from harness.models import signature
+from harness.service import ServiceProcess
 
 pytestmark = pytest.mark.slow
 

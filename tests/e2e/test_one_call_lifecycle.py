@@ -1,7 +1,7 @@
 """End to end on the CPU: the one call is never another model's answer, loses nothing at exit, and
 says why it fell back (issue 25, items 4-6).
 
-One cold container builds ``tiny`` (demo/models.py: a custom module whose code lives in
+One cold container builds ``tiny`` (harness/models.py: a custom module whose code lives in
 ``$DEMO_MODEL_DIR/tinynet.py``, as a deploy's would), first at batch 4 and then at its declared batch
 8, publishes through the one call and exits right after, without waiting for the publish.
 Restarted containers then check:
@@ -24,8 +24,8 @@ import pytest
 import requests
 
 from cachesvc_client.one_call import support
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 
 pytestmark = pytest.mark.slow
 TOL = 1e-4

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 
 pytestmark = pytest.mark.slow
 

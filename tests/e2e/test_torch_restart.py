@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 
 pytestmark = pytest.mark.slow
 

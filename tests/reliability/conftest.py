@@ -21,8 +21,8 @@ from typing import Callable, Dict, Iterator, List
 import pytest
 
 from cachesvc_client import CacheClient
-from demo.s3server import S3Server
-from demo.service import ServiceProcess
+from harness.s3server import S3Server
+from harness.service import ServiceProcess
 from tests.helpers import ENV
 
 NAME, SHAPE = "ranker", "f32[8,256]"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from demo.service import free_port
+from harness.service import free_port
 
 
 class SlowProxy:

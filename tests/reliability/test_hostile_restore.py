@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from demo.containers import Container
+from harness.containers import Container
 from tests.reliability.conftest import (ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files,
                                         publish_files, restore_cli, temp_files)
 from tests.reliability.faults import SlowProxy, client_env
@@ -104,7 +104,7 @@ def test_interrupted_restore_then_torch_compile_hits_the_fx_graph_cache(tmp_path
     assert cold["publish"]["status"] == "committed"
     ctr.restart()
     with SlowProxy(svc.port, delay=0.01, chunk=65536) as slow:  # ~6 MB/s: the 150 MB header takes a while
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[2] / "demo" / "worker.py"),
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[2] / "harness" / "worker.py"),
                                  "--model", "mlp", "--name", NAME, "--restore"],
                                 env=ctr.env(**{**svc.client_env(), "CACHESVC_URL": slow.url}),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import requests
 
-from demo.containers import Container
-from demo.service import ServiceProcess
+from harness.containers import Container
+from harness.service import ServiceProcess
 from tests.helpers import key, publish_body
 
 

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from demo.service import ServiceProcess
+from harness.service import ServiceProcess
 
 SLOW_CLIENTS = 64
 

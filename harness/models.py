@@ -1,11 +1,11 @@
 """Small models that compile in seconds on a CPU (and the same on a GPU)."""
 from __future__ import annotations
 
-from demo import hf_models
+from harness import hf_models
 
 MODELS = ("mlp, mlp-b<N>, mlp-wide, tiny, encoder, encoder6, torchvision's resnet50, vit_b_16, convnext_tiny, "
           "efficientnet_b0, and transformers' "
-          f"{', '.join(hf_models.FAMILIES)} (-large, -bf16, -fp16: demo/hf_models.py)")
+          f"{', '.join(hf_models.FAMILIES)} (-large, -bf16, -fp16: harness/hf_models.py)")
 
 
 def input_dims(name: str) -> tuple:

@@ -7,9 +7,9 @@ it before the first call; ``restore_s`` is that wait, the part of the restore
 the import and model build did not hide. Run it with its own HOME, TMPDIR
 and TORCHINDUCTOR_CACHE_DIR, as a restarted container would have.
 
-    python demo/worker.py --model mlp --url http://127.0.0.1:8787 --restore --publish
-    python demo/worker.py --model mlp-b4 --name mlp --restore --fallback shape --verify  # another shape
-    python demo/worker.py --model mlp --kind mega-cache --restore --publish
+    python harness/worker.py --model mlp --url http://127.0.0.1:8787 --restore --publish
+    python harness/worker.py --model mlp-b4 --name mlp --restore --fallback shape --verify  # another shape
+    python harness/worker.py --model mlp --kind mega-cache --restore --publish
 
 ``--kind`` picks what --restore and --publish move (cachesvc_client.keys.KINDS):
 inductor-dir, the folder snapshot (default); mega-cache, restored with
@@ -149,7 +149,7 @@ def main() -> None:
                         "its dict goes under 'after'")
     args = p.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from demo.models import build_call, signature
+    from harness.models import build_call, signature
 
     from cachesvc_client import CacheClient, shape_signature
 

@@ -1,4 +1,4 @@
-"""An S3-compatible server on loopback: ``rclone serve s3`` over a local folder (demo, benchmarks).
+"""An S3-compatible server on loopback: ``rclone serve s3`` over a local folder (tests, demo, benchmarks).
 
     with S3Server(base_dir) as s3:
         bucket = s3.new_bucket()
@@ -21,7 +21,7 @@ from typing import Dict, Iterator, Optional
 
 import requests
 
-from demo.service import free_port
+from harness.service import free_port
 
 ACCESS_KEY = "cachesvc-demo"   # rclone wants at least 3 characters
 SECRET_KEY = "cachesvc-demo-secret"

@@ -25,7 +25,7 @@ class Container:
         self.root = Path(base) / name
         self.generation = 0
         # CACHESVC_TOKEN for the container's processes (the only CACHESVC_* passed in); default:
-        # this process's, which a running demo.service.ServiceProcess sets to its write token
+        # this process's, which a running harness.service.ServiceProcess sets to its write token
         self.token = token
         self._make()
 
@@ -80,13 +80,13 @@ class Container:
         return set(json.loads(out.stdout))
 
     def run_worker(self, *args: str, timeout: float = 600, **extra_env: str) -> dict:
-        """Run demo/worker.py in this container; return its RESULT dict (raises with its output on failure)."""
+        """Run harness/worker.py in this container; return its RESULT dict (raises with its output on failure)."""
         proc = subprocess.run(self._worker_cmd(args), env=self.env(**extra_env), capture_output=True, text=True,
                               timeout=timeout)
         return _result(proc.returncode, proc.stdout, proc.stderr)
 
     def start_worker(self, *args: str, **extra_env: str) -> subprocess.Popen:
-        """Start demo/worker.py with ``--linger`` in this container: ``read_result`` it, then ``stop_worker`` it."""
+        """Start harness/worker.py with ``--linger`` in this container: ``read_result`` it, then ``stop_worker`` it."""
         return subprocess.Popen(self._worker_cmd((*args, "--linger")), env=self.env(**extra_env), text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -112,7 +112,7 @@ class Container:
 
     @staticmethod
     def _worker_cmd(args) -> list:
-        return [sys.executable, str(REPO / "demo" / "worker.py"), *args]
+        return [sys.executable, str(REPO / "harness" / "worker.py"), *args]
 
 
 def _result(returncode: int, stdout: str, stderr: str) -> dict:

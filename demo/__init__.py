@@ -1,1 +1,0 @@
-"""The restart demo, and the one-container worker that tests and benchmarks reuse."""

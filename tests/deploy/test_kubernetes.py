@@ -182,9 +182,9 @@ def test_production_commits_no_secret_and_reads_postgres_and_s3_settings():
     plain = {k[len("CACHESVC_"):]: v for k, v in env.items() if isinstance(v, str) and k.startswith("CACHESVC_")}
     settings = config.load({}, environ={f"CACHESVC_{k}": v for k, v in plain.items()} | {
         "CACHESVC_DATABASE_URL": "postgresql+psycopg://cachesvc@db/cachesvc"})
-    assert settings["AUTO_MIGRATE"] is False and settings["ANONYMOUS_READ"] is False
-    assert settings["GC_INTERVAL_SECONDS"] > 0 and settings["LRU_BUDGET_BYTES"] > 0
-    assert isinstance(from_url(settings["STORAGE_URL"], settings), S3Storage)
+    assert settings.AUTO_MIGRATE is False and settings.ANONYMOUS_READ is False
+    assert settings.GC_INTERVAL_SECONDS > 0 and settings.LRU_BUDGET_BYTES > 0
+    assert isinstance(from_url(settings.STORAGE_URL, config.s3_options(settings)), S3Storage)
 
 
 # ----------------------------------------------------------------- migrations and GC

@@ -77,3 +77,18 @@ def test_the_app_holds_one_settings_object_and_a_test_changes_a_copy(app):
     after = set_settings(app, ANONYMOUS_READ=False)
     assert app.extensions["cachesvc"].settings is after and after.ANONYMOUS_READ is False
     assert before.ANONYMOUS_READ is True  # SQLite's default, on the object anything else still holds
+
+
+def test_every_cachesvc_variable_the_project_names_is_a_setting_or_let_be():
+    """What the scripts, manifests, harness and client set in a service's environment must not stop it:
+    a new variable elsewhere goes into config.ELSEWHERE (or is a setting)."""
+    named = set()
+    for folder in ("client", "scripts", "deploy", "demo", "bench", "tests", ".ci"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix in (".py", ".sh", ".yaml", ".yml", "") and "__pycache__" not in path.parts:
+                named.update(re.findall(r"\bCACHESVC_([A-Z0-9_]*[A-Z0-9])\b(?!_)", path.read_text(errors="replace")))
+    named.update(re.findall(r"\bCACHESVC_([A-Z0-9_]*[A-Z0-9])\b(?!_)", (ROOT / "docker-compose.yml").read_text()))
+    named -= {"STORAGE_ULR", "DATA_DIRR"}  # this module's own typos
+    refused = {n for n in named if n not in config.SETTINGS and n not in config.ELSEWHERE
+               and not n.startswith(config.ELSEWHERE_PREFIXES)}
+    assert not refused, sorted(refused)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from cachesvc import config
+from cachesvc.api import health
 from cachesvc.storage import from_url
 from cachesvc.storage.s3 import S3Storage
 from tests.deploy.k8s import (KUSTOMIZE_ROOT, ROOT, container, containers, environment, get, kustomizations, mounts,
@@ -136,15 +137,19 @@ def test_production_scales_between_three_and_more_and_spreads_over_zones():
 
 
 @pytest.mark.parametrize("overlay", SERVICE_OVERLAYS)
-def test_readiness_and_liveness_ask_healthz_on_the_port_the_service_listens_on(overlay):
+def test_readiness_asks_readyz_and_liveness_healthz_on_the_port_the_service_listens_on(overlay):
     spec = pod_spec(get(render(overlay), "Deployment", "cachesvc"))
     c = container(spec, "cachesvc")
     (port,) = [p for p in c["ports"] if p["name"] == "http"]
     args = c["args"]
     assert args[0] == "serve" and args[args.index("--port") + 1] == str(port["containerPort"]) == "8787"
     assert args[args.index("--host") + 1] == "0.0.0.0"
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
+    # Readiness asks the storage too, within its timeout (api/health.STORAGE_DEADLINE); liveness stays
+    # the database's SELECT 1.
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert health.STORAGE_DEADLINE < c["readinessProbe"]["timeoutSeconds"]
     # Liveness gives up later than readiness: a database blip takes pods out of the Service but
     # does not restart them all.
     live, ready = c["livenessProbe"], c["readinessProbe"]

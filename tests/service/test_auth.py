@@ -53,6 +53,7 @@ ROUTES = [
     ("GET", "/admin/tokens/1/revoke", "admin"),
     ("POST", "/admin/tokens/1/revoke", "admin"),
     ("GET", "/healthz", None),
+    ("GET", "/readyz", None),  # the readiness probe: open, as /healthz
     ("GET", "/assets/cachesvc.css", None),  # the pages' stylesheet: the sign-in page needs it too
     ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off
     ("GET", "/api/v1/openapi.json", None),

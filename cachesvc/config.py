@@ -98,9 +98,10 @@ _OVERRIDE_ONLY: Dict[str, tuple] = {"TESTING": (False, "bool", "")}
 _TYPES = {"size": int, "bool": bool}
 
 
-def _type(name: str, default: Any, kind: Any) -> Any:
+def _type(name: str, kind: Any) -> Any:
+    """A field's type: its parser's (``size`` is an int), Optional for the one setting left unset."""
     typ = _TYPES.get(kind, kind)
-    return Optional[typ] if name == "SECRET_KEY" else typ  # the only one left unset (a random key per serve)
+    return Optional[typ] if name == "SECRET_KEY" else typ  # unset: a random key per serve
 
 
 def _nearest(name: str, names) -> str:
@@ -149,7 +150,7 @@ def _namespace() -> Dict[str, Any]:
 
 _FIELDS = {**SETTINGS, **_OVERRIDE_ONLY}
 Settings = dataclasses.make_dataclass(
-    "Settings", [(name, _type(name, default, kind)) for name, (default, kind, _help) in _FIELDS.items()],
+    "Settings", [(name, _type(name, kind)) for name, (_default, kind, _help) in _FIELDS.items()],
     namespace=_namespace(), frozen=True)
 Settings.__module__ = __name__
 

@@ -87,7 +87,8 @@ def test_every_cachesvc_variable_the_project_names_is_a_setting_or_let_be():
         for path in (ROOT / folder).rglob("*"):
             if path.is_file() and path.suffix in (".py", ".sh", ".yaml", ".yml", "") and "__pycache__" not in path.parts:
                 named.update(re.findall(r"\bCACHESVC_([A-Z0-9_]*[A-Z0-9])\b(?!_)", path.read_text(errors="replace")))
-    named.update(re.findall(r"\bCACHESVC_([A-Z0-9_]*[A-Z0-9])\b(?!_)", (ROOT / "docker-compose.yml").read_text()))
+    for name in ("docker-compose.yml", "Dockerfile", ".env.example"):
+        named.update(re.findall(r"\bCACHESVC_([A-Z0-9_]*[A-Z0-9])\b(?!_)", (ROOT / name).read_text()))
     named -= {"STORAGE_ULR", "DATA_DIRR"}  # this module's own typos
     refused = {n for n in named if n not in config.SETTINGS and n not in config.ELSEWHERE
                and not n.startswith(config.ELSEWHERE_PREFIXES)}

@@ -19,28 +19,28 @@ from .ttlcache import TTLCache
 class Services:
     db: Database
     storage: Storage
-    settings: dict
+    settings: config.Settings
     version: str = __version__
     hits: Optional[HitLog] = None  # restore counters, written every HIT_FLUSH_SECONDS
     tokens: TTLCache = field(default_factory=lambda: TTLCache(0))  # sha256(Authorization) -> Principal
 
 
-def build_services(settings: dict) -> Services:
+def build_services(settings: config.Settings) -> Services:
     """The service's parts from ``settings``: what create_app wires into the app, and what the
     `cachesvc` admin commands use when they work on the database directly.
 
     Raises DatabaseNotReady (a SystemExit naming the command to run) when the database is missing
     or its schema is behind; ValueError for a storage URL of an unknown scheme.
     """
-    db = Database(settings["DATABASE_URL"])
+    db = Database(settings.DATABASE_URL)
     try:
         db.check_schema()
-        storage = from_url(settings["STORAGE_URL"], settings)
+        storage = from_url(settings.STORAGE_URL, config.s3_options(settings))
     except BaseException:
         db.engine.dispose()
         raise
-    return Services(db=db, storage=storage, settings=settings, hits=HitLog(db, settings["HIT_FLUSH_SECONDS"]),
-                    tokens=TTLCache(settings["TOKEN_CACHE_SECONDS"]))
+    return Services(db=db, storage=storage, settings=settings, hits=HitLog(db, settings.HIT_FLUSH_SECONDS),
+                    tokens=TTLCache(settings.TOKEN_CACHE_SECONDS))
 
 
 def _install_api(app: Flask) -> None:
@@ -81,8 +81,8 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
     config.check_production(settings)  # before anything serves: a fleet never runs on a per-process key
     app = Flask(__name__)
     app.config.update(
-        TESTING=bool(settings.get("TESTING")),
-        MAX_CONTENT_LENGTH=settings["BODY_LIMIT_BYTES"],  # each route's own: api.check_body_size
+        TESTING=settings.TESTING,
+        MAX_CONTENT_LENGTH=settings.BODY_LIMIT_BYTES,  # each route's own: api.check_body_size
         API_TITLE="cachesvc",
         API_VERSION="v1",
         OPENAPI_VERSION="3.0.3",

@@ -206,13 +206,13 @@ def check_request() -> None:
     svc = current_app.extensions["cachesvc"]
     need = required_scope(request.endpoint)
     open_if = getattr(current_app.view_functions.get(request.endpoint), "_cachesvc_open_if", None)
-    if need == _OPEN or (open_if and svc.settings[open_if]):
+    if need == _OPEN or (open_if and getattr(svc.settings, open_if)):
         # the sign-in page still knows who is signed in; open API endpoints read no token at all
         g.principal = session_principal(svc) if request.blueprint in PAGE_BLUEPRINTS else ANONYMOUS
         return
     principal = _request_principal(svc)
     if principal is ANONYMOUS:
-        if need == "read" and svc.settings["ANONYMOUS_READ"] and not open_if:
+        if need == "read" and svc.settings.ANONYMOUS_READ and not open_if:
             principal = Principal("anonymous", "read")
         else:
             raise Unauthorized(f"this needs a bearer token with scope `{need}`: send `Authorization: Bearer "

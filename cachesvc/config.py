@@ -3,9 +3,16 @@
 Every setting has an environment variable ``CACHESVC_<NAME>``. The table in
 docs/settings.md is generated from ``SETTINGS`` (``scripts/settings_doc.py``; a
 test fails when the page is stale), so the help texts here are the documentation.
+
+``load`` returns one frozen ``Settings`` (an attribute per setting, typed from its parser). It
+refuses what names no setting: an override key, or a ``CACHESVC_*`` variable that is neither a
+setting nor one that another part reads (``ELSEWHERE``), naming the nearest valid one, so a typo
+is an error at start, never a default silently kept. ``Settings.replace`` makes a changed copy.
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
@@ -74,20 +81,113 @@ def _parse(kind: Any, raw: str) -> Any:
     return kind(raw)
 
 
-def load(overrides: Optional[Mapping[str, Any]] = None, environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """Return the settings dict: defaults < ``CACHESVC_*`` env < overrides."""
-    environ = os.environ if environ is None else environ
-    cfg: Dict[str, Any] = {}
-    for name, (default, kind, _help) in SETTINGS.items():
-        raw = environ.get(f"CACHESVC_{name}")
-        if raw is not None:
+#: ``CACHESVC_*`` variables that other parts read from the same environment, so the service lets them
+#: be: the client's (docs/settings.md's client table; tests/service/test_settings.py ties the two), the
+#: scripts' and the compose file's. ``CACHESVC_ENV_<FIELD>`` is the client's too.
+ELSEWHERE = frozenset({
+    "URL", "TOKEN", "ENV_FILE", "MIN_COMPILE_SECONDS", "COMPILE_ROUTE", "SIGNING_KEY", "TRUSTED_KEYS",
+    "EXTRA_ROOTS", "REQUIRE_HIT", "PUBLISH_AT_EXIT_S", "TORCH_FIXES",  # the client library
+    "TORCH", "TEST_PG", "GPU_RESULTS", "GPU_COMPILE_MODELS",  # scripts/ and the tests' harness
+    "BUCKET", "PORT", "PUBLISH",  # docker-compose.yml, deploy/integrations
+})
+ELSEWHERE_PREFIXES = ("ENV_",)
+
+#: set only by a test's overrides (Flask's TESTING: the pages then accept a per-process key quietly)
+_OVERRIDE_ONLY: Dict[str, tuple] = {"TESTING": (False, "bool", "")}
+
+_TYPES = {"size": int, "bool": bool}
+
+
+def _type(name: str, kind: Any) -> Any:
+    """A field's type: its parser's (``size`` is an int), Optional for the one setting left unset."""
+    typ = _TYPES.get(kind, kind)
+    return Optional[typ] if name == "SECRET_KEY" else typ  # unset: a random key per serve
+
+
+def _nearest(name: str, names) -> str:
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class SettingsError(SystemExit):
+    """A setting that does not exist or does not parse; the message names it (and the nearest one).
+    A SystemExit, as the commands print it as one line."""
+
+
+def _checked(name: str, value: Any) -> Any:
+    """An override's ``value`` for ``name`` as its field's type: a string is parsed as its variable would
+    be, an int passes for a float, a path for a string; None leaves a derived default to ``load``."""
+    default, kind, _help = SETTINGS.get(name) or _OVERRIDE_ONLY[name]
+    if value is None and (default is None or name == "SECRET_KEY"):
+        return None
+    typ = _TYPES.get(kind, kind)
+    if isinstance(value, str) and typ is not str:
+        try:
+            return _parse(kind, value)
+        except ValueError as exc:
+            raise SettingsError(f"setting {name}: {exc}") from None
+    if typ is str and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+        raise SettingsError(f"setting {name}: expected {typ.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _namespace() -> Dict[str, Any]:
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with ``changes`` (names as in SETTINGS); refuses a name that is no setting
+        (SettingsError). Derived defaults are not worked out again: set them too."""
+        for name in changes:
+            if name not in _FIELDS:
+                raise SettingsError(f"{name} is not a setting{_nearest(name, _FIELDS)}; see docs/settings.md")
+        return dataclasses.replace(self, **{k: _checked(k, v) for k, v in changes.items()})
+
+    return {"replace": replace, "__doc__": "The service's settings, one frozen attribute each (config.SETTINGS); "
+                                          "made by ``load``, changed copies by ``replace``."}
+
+
+_FIELDS = {**SETTINGS, **_OVERRIDE_ONLY}
+Settings = dataclasses.make_dataclass(
+    "Settings", [(name, _type(name, kind)) for name, (_default, kind, _help) in _FIELDS.items()],
+    namespace=_namespace(), frozen=True)
+Settings.__module__ = __name__
+
+
+def _from_environ(environ: Mapping[str, str]) -> Dict[str, Any]:
+    """The settings the ``CACHESVC_*`` variables give; SettingsError for one that names nothing or
+    does not parse."""
+    given: Dict[str, Any] = {}
+    for var, raw in environ.items():
+        if not var.startswith("CACHESVC_"):
+            continue
+        name = var[len("CACHESVC_"):]
+        if name in SETTINGS:
             try:
-                cfg[name] = _parse(kind, raw)
+                given[name] = _parse(SETTINGS[name][1], raw)
             except ValueError as exc:
-                raise SystemExit(f"CACHESVC_{name}: {exc}") from None
-        else:
-            cfg[name] = default
-    cfg.update(overrides or {})
+                raise SettingsError(f"{var}: {exc}") from None
+        elif name not in ELSEWHERE and not name.startswith(ELSEWHERE_PREFIXES):
+            known = [f"CACHESVC_{n}" for n in SETTINGS]
+            raise SettingsError(f"{var} is set but names no setting{_nearest(var, known)}; unset it "
+                                f"(the settings are in docs/settings.md)")
+    return given
+
+
+def load(overrides: Optional[Mapping[str, Any]] = None, environ: Optional[Mapping[str, str]] = None) -> Settings:
+    """The settings: defaults < ``CACHESVC_*`` env < ``overrides`` (names as in SETTINGS, or TESTING).
+
+    Raises SettingsError (a SystemExit) for an override key or a ``CACHESVC_*`` variable that names no
+    setting, or a value that does not parse or has the wrong type.
+    """
+    environ = os.environ if environ is None else environ
+    cfg: Dict[str, Any] = {name: default for name, (default, _kind, _help) in _FIELDS.items()}
+    cfg.update(_from_environ(environ))
+    for name, value in (overrides or {}).items():
+        if name not in _FIELDS:
+            raise SettingsError(f"{name} is not a setting{_nearest(name, _FIELDS)}; see docs/settings.md")
+        cfg[name] = _checked(name, value)
     data = Path(cfg["DATA_DIR"]).resolve()
     cfg["DATA_DIR"] = str(data)
     if not cfg["DATABASE_URL"]:
@@ -100,7 +200,12 @@ def load(overrides: Optional[Mapping[str, Any]] = None, environ: Optional[Mappin
         cfg["ANONYMOUS_READ"] = cfg["DATABASE_URL"].startswith("sqlite")
     if cfg["GC_GRACE_SECONDS"] is None:
         cfg["GC_GRACE_SECONDS"] = float(cfg["PRESIGN_EXPIRES"]) + 3600
-    return cfg
+    return Settings(**cfg)
+
+
+def s3_options(settings: Settings) -> Dict[str, Any]:
+    """The ``S3_*`` settings, as ``storage.from_url`` takes them (storage knows no Settings)."""
+    return {name: getattr(settings, name) for name in SETTINGS if name.startswith("S3_")}
 
 
 #: what a key copied from an example still says (secret.example.yaml, .env.example): never a real key
@@ -108,19 +213,19 @@ _PLACEHOLDERS = ("change-me", "changeme", "replace-me", "example", "secret-key",
 MIN_SECRET_KEY = 32
 
 
-def check_production(cfg: Mapping[str, Any]) -> None:
+def check_production(cfg: Settings) -> None:
     """With ``PRODUCTION`` on, raise SystemExit naming each setting that is not fit for a fleet."""
-    if not cfg.get("PRODUCTION"):
+    if not cfg.PRODUCTION:
         return
     problems = []
-    key = cfg.get("SECRET_KEY") or ""
+    key = cfg.SECRET_KEY or ""
     if not key:
         problems.append("CACHESVC_SECRET_KEY is unset (every replica must sign sign-ins with the same key)")
     elif any(p in key.lower() for p in _PLACEHOLDERS):
         problems.append("CACHESVC_SECRET_KEY is a placeholder from an example")
     elif len(key) < MIN_SECRET_KEY:
         problems.append(f"CACHESVC_SECRET_KEY has {len(key)} characters, fewer than {MIN_SECRET_KEY}")
-    if not cfg.get("COOKIE_SECURE"):
+    if not cfg.COOKIE_SECURE:
         problems.append("CACHESVC_COOKIE_SECURE is off (a sign-in cookie must never travel over plain http)")
     if problems:
         raise SystemExit("cachesvc: CACHESVC_PRODUCTION is on, and " + "; ".join(problems) + ". Make a key with "

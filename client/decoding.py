@@ -27,18 +27,11 @@ from typing import Callable, Optional
 import zstandard
 
 from .errors import IntegrityError
-from .rules import MAX_WINDOW  # shared with the service's decoder
-
+from .rules import MAX_WINDOW, stored_limit  # noqa: F401 (the bounds the service's decoder uses too)
 
 
 class Oversize(IntegrityError):
     """Stored bytes that decode (or arrive) past their declared size."""
-
-
-def stored_limit(encoding: str, size: int) -> int:
-    """The most stored bytes an honest encoding of ``size`` decoded bytes takes (zstd's worst case,
-    incompressible data in raw blocks, plus frame headers), with room to spare."""
-    return size if encoding == "identity" else size + size // 128 + (64 << 10)
 
 
 def decompressor(max_window: int = MAX_WINDOW) -> zstandard.ZstdDecompressor:

@@ -7,6 +7,8 @@ The service imports them from ``cachesvc_client.rules``, as it imports the key a
                  decodes these and calls any other answer malformed
     MAX_WINDOW   the largest zstd window either side decodes (publishers' level 3 uses 2 MiB; a frame
                  asking for more is refused before zstd allocates it)
+    stored_limit the most stored bytes either side reads for a blob of a declared size (so the
+                 service never accepts a blob that every client would then refuse as oversize)
     ERROR_CODES  each ``{"error": {"code"}}`` the service answers -> its HTTP status; the service's
                  error classes take their status from it (``cachesvc.errors``) and the client maps every
                  code to an exception (``cachesvc_client.errors``); tests/test_shared_rules.py ties the three
@@ -16,6 +18,13 @@ from __future__ import annotations
 ENCODINGS = ("identity", "zstd")
 
 MAX_WINDOW = 8 << 20
+
+
+def stored_limit(encoding: str, size: int) -> int:
+    """The most stored bytes an honest encoding of ``size`` decoded bytes takes: ``size`` itself for
+    ``identity``; for ``zstd``, its worst case (incompressible data in raw blocks, plus frame headers
+    every 2 MiB) with room to spare, so a stream that decodes to nothing cannot be fed for ever."""
+    return size if encoding == "identity" else size + size // 64 + (64 << 10)
 
 ERROR_CODES = {
     # the service's own (cachesvc.errors.CacheError subclasses)

@@ -137,3 +137,11 @@ def restore_recursion_limit():
     limit = sys.getrecursionlimit()
     yield
     sys.setrecursionlimit(limit)
+
+
+def set_settings(app_or_services, **changes):
+    """Give ``app_or_services`` (an app, or its ``Services``) a copy of its settings with ``changes``:
+    the settings are frozen, so a test changes the app's copy, never an object others hold."""
+    svc = app_or_services.extensions["cachesvc"] if hasattr(app_or_services, "extensions") else app_or_services
+    svc.settings = svc.settings.replace(**changes)
+    return svc.settings

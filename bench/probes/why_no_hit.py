@@ -63,7 +63,7 @@ def measure(url: str, n: int, rounds: int) -> list:
     from cachesvc.storage import from_url
 
     settings = config.load({"DATABASE_URL": url, "DATA_DIR": "/tmp/cachesvc-bench-why"})
-    db, storage = Database(url), from_url(settings["STORAGE_URL"], settings)
+    db, storage = Database(url), from_url(settings.STORAGE_URL, config.s3_options(settings))
     rng = random.Random(1)
     shapes = n // NAMES
 

@@ -14,6 +14,7 @@ from webargs.flaskparser import FlaskParser
 from cachesvc_client import keys
 
 from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from ..config import Settings
 
 
 class _Parser(FlaskParser):
@@ -90,11 +91,11 @@ def body_limit(limit: Union[int, str, Callable[[dict], int]], streamed: bool = F
     return deco
 
 
-def _route_limit(settings: dict, view) -> tuple[int, str]:
+def _route_limit(settings: Settings, view) -> tuple[int, str]:
     """The body limit of the request's route, and the setting that sets it ("" when fixed)."""
     limit = getattr(view, "_cachesvc_body_limit", "BODY_LIMIT_BYTES")
     if isinstance(limit, str):
-        return int(settings[limit]), f" (CACHESVC_{limit})"
+        return int(getattr(settings, limit)), f" (CACHESVC_{limit})"
     return (int(limit(settings)) if callable(limit) else int(limit)), ""
 
 

@@ -22,7 +22,7 @@ def _time(text: str, nullable: bool = False):
 
 
 class HealthSchema(Schema):
-    status = fields.String(**_d("`ok`: the database answers"))
+    status = fields.String(**_d("`ok`: the database answers (and, for /readyz, the blob storage)"))
     version = fields.String(**_d("the service's version"))
 
 

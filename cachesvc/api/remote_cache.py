@@ -62,7 +62,7 @@ def get(args, cache, key):
 
 @blp.route("/<cache>/<key>", methods=["PUT"])
 @requires("write")
-@body_limit(lambda settings: settings["REMOTE_CACHE_MAX_BYTES"] + 1, streamed=True)  # read_body answers past the limit itself
+@body_limit(lambda settings: settings.REMOTE_CACHE_MAX_BYTES + 1, streamed=True)  # read_body answers past the limit itself
 @blp.arguments(EnvSchema, location="query")
 @blp.response(201, RemoteCacheItemSchema)
 @blp.doc(requestBody={"required": True, **_BINARY})
@@ -73,7 +73,7 @@ def put(args, cache, key):
     """
     remote_cache.check_name(cache, key)
     svc = services()
-    limit = svc.settings["REMOTE_CACHE_MAX_BYTES"]
+    limit = svc.settings.REMOTE_CACHE_MAX_BYTES
     try:
         value = remote_cache.read_body(request, limit)
     except PayloadTooLarge:

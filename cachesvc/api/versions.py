@@ -69,7 +69,7 @@ def pack_targets(body, version_id):
     with svc.db.session() as s:
         publish.check_creator(s, version_id, auth.current().token_id)
         return {"targets": packs.upload_targets(s, svc.storage, version_id, body["packs"],
-                                                svc.settings["PRESIGN_EXPIRES"])}
+                                                svc.settings.PRESIGN_EXPIRES)}
 
 
 @blp.route("/<int:version_id>/uploads", methods=["POST"])

@@ -15,9 +15,10 @@ from flask import Flask
 
 from .queries import entry_detail, list_entries
 from .stats import daily, totals
+from ..config import Settings
 
 
-def register_pages(app: Flask, settings: dict) -> None:
+def register_pages(app: Flask, settings: Settings) -> None:
     """Sign-in (its session cookie and CSRF) and the HTML pages' blueprints (auth.PAGE_BLUEPRINTS)."""
     from . import admin_pages, filters, pages, signin
 

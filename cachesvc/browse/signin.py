@@ -30,6 +30,7 @@ from werkzeug.exceptions import HTTPException
 from .. import auth, errors
 from ..api import services
 from ..errors import CacheError, Unauthorized
+from ..config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,12 @@ class _SessionInterface(SecureCookieSessionInterface):
         return bool(app.config["SESSION_COOKIE_SECURE"]) or request.is_secure
 
 
-def install(app: Flask, settings: dict) -> None:
+def install(app: Flask, settings: Settings) -> None:
     """Configure the session cookie and CSRF on ``app`` (before the page blueprints are registered)."""
-    key = settings["SECRET_KEY"]
+    key = settings.SECRET_KEY
     if not key:
         key = secrets.token_hex(32)
-        if not settings.get("TESTING"):
+        if not settings.TESTING:
                 log.warning("CACHESVC_SECRET_KEY is unset: a random key signs this process's sign-ins, so they "
                         "end when it restarts and hold on this replica only (docs/operations.md)")
     app.config.update(
@@ -56,8 +57,8 @@ def install(app: Flask, settings: dict) -> None:
         SESSION_COOKIE_NAME="cachesvc_session",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=bool(settings["COOKIE_SECURE"]),
-        PERMANENT_SESSION_LIFETIME=dt.timedelta(hours=settings["SESSION_HOURS"]),
+        SESSION_COOKIE_SECURE=bool(settings.COOKIE_SECURE),
+        PERMANENT_SESSION_LIFETIME=dt.timedelta(hours=settings.SESSION_HOURS),
         WTF_CSRF_CHECK_DEFAULT=False,  # the pages check (below); the API takes no cookie, so needs none
         WTF_CSRF_TIME_LIMIT=None,      # as long as the session: a page left open for an hour still works
     )
@@ -127,7 +128,7 @@ def login_post():
     token, target = request.form.get("token", ""), _local(request.form.get("next", ""))
     try:
         with services().db.session() as s:
-            principal = auth.sign_in(s, token, services().settings["SESSION_HOURS"])
+            principal = auth.sign_in(s, token, services().settings.SESSION_HOURS)
     except Unauthorized:
         return _login_form(target, message="Unknown or revoked token: check it and try again."), 401
     log.info("signed in on the pages: %s (%s)", principal.name, principal.scope)

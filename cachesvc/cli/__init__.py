@@ -141,11 +141,11 @@ def db_upgrade(revision):
 
         with translated(settings):
             try:
-                db.upgrade(settings["DATABASE_URL"], revision)
+                db.upgrade(settings.DATABASE_URL, revision)
             except db.UnknownRevision as exc:
                 raise BadUsage(f"--revision: {exc}") from None
-            current, head = _revisions(db, settings["DATABASE_URL"])
-    click.echo(f"database {safe_url(settings['DATABASE_URL'])} is at revision {current} (head: {head})")
+            current, head = _revisions(db, settings.DATABASE_URL)
+    click.echo(f"database {safe_url(settings.DATABASE_URL)} is at revision {current} (head: {head})")
 
 
 def _revisions(db, url: str) -> tuple:
@@ -164,7 +164,7 @@ def db_current():
         from .. import db
         from .direct import translated
 
-        url = settings["DATABASE_URL"]
+        url = settings.DATABASE_URL
         with translated(settings):
             if not db.exists(url):
                 click.echo(f"current: none (no database at {db.sqlite_path(url).resolve()})  head: {db.head_revision()}")

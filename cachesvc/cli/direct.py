@@ -11,6 +11,7 @@ import contextlib
 from typing import Iterator
 
 from .failures import Failure, needs_server, refusal
+from ..config import Settings
 
 
 def safe_url(url: str) -> str:
@@ -21,7 +22,7 @@ def safe_url(url: str) -> str:
 
 
 @contextlib.contextmanager
-def translated(settings: dict) -> Iterator[None]:
+def translated(settings: Settings) -> Iterator[None]:
     """Failures of the database, storage and settings as one line (exit 1), refusals as the API words them."""
     from marshmallow import ValidationError
     from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
@@ -39,25 +40,25 @@ def translated(settings: dict) -> Iterator[None]:
         raise Failure(f"CACHESVC_DATABASE_URL: {exc}") from None
     except (OperationalError, InterfaceError, DBAPIError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise Failure(f"cannot use the database {safe_url(settings['DATABASE_URL'])}: {reason}; check "
+        raise Failure(f"cannot use the database {safe_url(settings.DATABASE_URL)}: {reason}; check "
                       f"CACHESVC_DATABASE_URL and that the database server runs and lets this user in") from None
     except StorageError as exc:
-        raise Failure(f"blob storage {settings['STORAGE_URL']} failed: {exc}; check CACHESVC_STORAGE_URL "
+        raise Failure(f"blob storage {settings.STORAGE_URL} failed: {exc}; check CACHESVC_STORAGE_URL "
                       f"(and the CACHESVC_S3_* settings)") from None
 
 
 class DirectAdmin:
     """The admin actions on the database named by the settings; ``close()`` when done."""
 
-    def __init__(self, settings: dict, *, create: bool = False):
+    def __init__(self, settings: Settings, *, create: bool = False):
         """Opens the database: migrates first where AUTO_MIGRATE says so; a missing SQLite file is
         made only with ``create`` (a command that makes things), otherwise refused."""
         with needs_server(admin=True), translated(settings):
             from .. import db
             from ..app import build_services
 
-            if settings["AUTO_MIGRATE"] and (create or db.exists(settings["DATABASE_URL"])):
-                db.upgrade(settings["DATABASE_URL"])
+            if settings.AUTO_MIGRATE and (create or db.exists(settings.DATABASE_URL)):
+                db.upgrade(settings.DATABASE_URL)
             try:
                 self.svc = build_services(settings)
             except ValueError as exc:  # from_url: a storage URL of an unknown scheme

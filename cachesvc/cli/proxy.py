@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .failures import Failure
+from ..config import Settings
 
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
@@ -57,7 +58,7 @@ http {{
 
 
 @contextlib.contextmanager
-def nginx_front(run: Path, host: str, port: int, settings: dict) -> Iterator[str]:
+def nginx_front(run: Path, host: str, port: int, settings: Settings) -> Iterator[str]:
     """nginx listening on ``host:port`` for as long as the block runs; yields gunicorn's bind (a Unix
     socket in ``run``). Raises Failure when nginx is not installed or does not start."""
     from ..storage import packs
@@ -74,9 +75,9 @@ def nginx_front(run: Path, host: str, port: int, settings: dict) -> Iterator[str
     conf = run / "nginx.conf"
     conf.write_text(_CONF.format(
         user="user root;\n" if os.geteuid() == 0 else "", run=run, socket=socket, host=host, port=port,
-        header=HEADER_TIMEOUT, body=BODY_TIMEOUT, default=settings["BODY_LIMIT_BYTES"],
-        request=max(settings["MAX_REQUEST_BYTES"], settings["BODY_LIMIT_BYTES"]),
-        blob=settings["MAX_BLOB_BYTES"], pack=packs.MAX_PACK, remote=settings["REMOTE_CACHE_MAX_BYTES"] + 1))
+        header=HEADER_TIMEOUT, body=BODY_TIMEOUT, default=settings.BODY_LIMIT_BYTES,
+        request=max(settings.MAX_REQUEST_BYTES, settings.BODY_LIMIT_BYTES),
+        blob=settings.MAX_BLOB_BYTES, pack=packs.MAX_PACK, remote=settings.REMOTE_CACHE_MAX_BYTES + 1))
     proc = subprocess.Popen([binary, "-e", "stderr", "-c", str(conf), "-p", str(run)])
     try:
         yield f"unix:{socket}"

@@ -24,6 +24,7 @@ import click
 
 from .failures import Failure
 from .proxy import SOCKET_PATH_MAX, nginx_front
+from ..config import Settings
 
 
 
@@ -47,14 +48,14 @@ def _metrics_dir(run: Path) -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(run / "metrics")
 
 
-def serve(settings: dict, *, host: str, port: int, workers: int, threads: int) -> None:
+def serve(settings: Settings, *, host: str, port: int, workers: int, threads: int) -> None:
     """Migrate where AUTO_MIGRATE says so, then run gunicorn (behind nginx with SERVE_PROXY) until it is
     stopped."""
     from .. import config, db
 
     config.check_production(settings)  # before a migration or a bound port
-    if settings["AUTO_MIGRATE"]:
-        db.upgrade(settings["DATABASE_URL"])
+    if settings.AUTO_MIGRATE:
+        db.upgrade(settings.DATABASE_URL)
     with run_folder() as run:
         _metrics_dir(run)
         from ..app import create_app
@@ -68,12 +69,12 @@ def serve(settings: dict, *, host: str, port: int, workers: int, threads: int) -
         app.extensions["cachesvc"].db.engine.dispose()
         control = run / "gunicorn.ctl"
         with contextlib.ExitStack() as stack:
-            bind = (stack.enter_context(nginx_front(run, host, port, settings)) if settings["SERVE_PROXY"]
+            bind = (stack.enter_context(nginx_front(run, host, port, settings)) if settings.SERVE_PROXY
                     else f"{host}:{port}")
             _gunicorn(app, settings, bind, workers, threads, control, f"http://{host}:{port}", run)
 
 
-def _gunicorn(app, settings: dict, bind: str, workers: int, threads: int, control: Path, url: str, run: Path) -> None:
+def _gunicorn(app, settings: Settings, bind: str, workers: int, threads: int, control: Path, url: str, run: Path) -> None:
     """Run gunicorn on ``bind`` until it is stopped."""
     from gunicorn.app.base import BaseApplication
 
@@ -101,6 +102,6 @@ def _gunicorn(app, settings: dict, bind: str, workers: int, threads: int, contro
 
     server = _Server()
     front = " (nginx in front)" if bind.startswith("unix:") else ""
-    click.echo(f"cachesvc on {url}{front}  database={safe_url(settings['DATABASE_URL'])}  "
-               f"storage={settings['STORAGE_URL']}  run folder={run}", err=True)
+    click.echo(f"cachesvc on {url}{front}  database={safe_url(settings.DATABASE_URL)}  "
+               f"storage={settings.STORAGE_URL}  run folder={run}", err=True)
     server.run()

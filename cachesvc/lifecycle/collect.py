@@ -70,6 +70,7 @@ from ..db import Database
 from ..errors import InvalidRequest
 from ..models import Blob, Entry, Event, Pack, PendingPack, RemoteCacheItem, Version, VersionFile, utcnow
 from ..storage import Storage, StorageError, blob_key, pack_key
+from ..config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -230,9 +231,9 @@ def purge(session: Session, criteria: dict, dry_run: bool = False, now: Optional
 
 # -- garbage collection ----------------------------------------------------------------
 
-def _drop_dead_versions(db: Database, settings: dict, now: dt.datetime) -> dict:
+def _drop_dead_versions(db: Database, settings: Settings, now: dt.datetime) -> dict:
     """Delete the rows of versions that protect nothing any more, and entries left empty."""
-    grace = dt.timedelta(seconds=settings["GC_GRACE_SECONDS"])
+    grace = dt.timedelta(seconds=settings.GC_GRACE_SECONDS)
     with _gc_lock(db), db.session() as s:
         _sqlite_write_lock(s)
         dead = [vid for vid, in s.execute(select(Version.id).where(or_(
@@ -252,10 +253,10 @@ def _unreferenced(digest_col):
     return ~exists().where(VersionFile.digest == digest_col) & ~exists().where(RemoteCacheItem.digest == digest_col)
 
 
-def _evict_items(db: Database, settings: dict, now: dt.datetime) -> dict:
+def _evict_items(db: Database, settings: Settings, now: dt.datetime) -> dict:
     """Delete the remote-cache items not used for ``REMOTE_CACHE_MAX_IDLE_DAYS`` (0: never), so their
     blobs can be collected."""
-    days = settings["REMOTE_CACHE_MAX_IDLE_DAYS"]
+    days = settings.REMOTE_CACHE_MAX_IDLE_DAYS
     if not days:
         return {"remote_cache_items_evicted": 0}
     with db.session() as s:
@@ -379,7 +380,7 @@ def _sweep_orphans(db: Database, storage: Storage) -> dict:
     return {"orphans_deleted": removed, "orphan_packs_deleted": _sweep_orphan_packs(db, storage)}
 
 
-def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime] = None) -> dict:
+def gc(db: Database, storage: Storage, settings: Settings, now: Optional[dt.datetime] = None) -> dict:
     """Collect garbage: dead version rows, empty entries, idle remote-cache items, unreferenced blobs, orphans.
 
     Returns counts and ``bytes_freed`` (stored bytes of the blob rows deleted). Safe to run
@@ -394,6 +395,6 @@ def gc(db: Database, storage: Storage, settings: dict, now: Optional[dt.datetime
     result["delete_failures"] += packs.pop("pack_delete_failures")
     result.update(packs)
     result.update(_sweep_orphans(db, storage))
-    lease = settings["UPLOAD_LEASE_SECONDS"] + LEASE_MARGIN.total_seconds()
+    lease = settings.UPLOAD_LEASE_SECONDS + LEASE_MARGIN.total_seconds()
     result["incoming_deleted"] = storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
     return result

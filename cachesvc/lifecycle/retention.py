@@ -35,7 +35,7 @@ def apply(svc, now: Optional[dt.datetime] = None) -> Dict[str, int]:
     out = {"events": 0, "audit": 0}
     for name, model, setting in (("events", Event, "EVENTS_RETENTION_DAYS"), ("audit", AuditRecord,
                                                                              "AUDIT_RETENTION_DAYS")):
-        days = float(svc.settings[setting] or 0)
+        days = float(getattr(svc.settings, setting) or 0)
         if days > 0:
             out[name] = _delete_before(svc.db.session, model, now - dt.timedelta(days=days))
     with svc.db.session() as s:

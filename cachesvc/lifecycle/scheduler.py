@@ -49,7 +49,7 @@ class Scheduler:
 
     def __init__(self, services):
         self.svc = services
-        self.interval = float(services.settings["GC_INTERVAL_SECONDS"] or 0)
+        self.interval = float(services.settings.GC_INTERVAL_SECONDS or 0)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._pid: Optional[int] = None
@@ -70,7 +70,7 @@ class Scheduler:
                         conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _RUNNER_KEY})
                         conn.commit()
             return
-        path = make_url(self.svc.settings["DATABASE_URL"]).database or os.path.join(self.svc.settings["DATA_DIR"], "db")
+        path = make_url(self.svc.settings.DATABASE_URL).database or os.path.join(self.svc.settings.DATA_DIR, "db")
         lock = FileLock(f"{path}.scheduler.lock")
         try:
             lock.acquire(timeout=0)
@@ -88,7 +88,7 @@ class Scheduler:
         with self._runner_lock() as mine:
             if not mine:
                 return None
-            budget = int(settings["LRU_BUDGET_BYTES"] or 0)
+            budget = int(settings.LRU_BUDGET_BYTES or 0)
             if budget <= 0:
                 result = {"purge": None, "gc": actions.gc(self.svc, actor=ACTOR)}
             else:

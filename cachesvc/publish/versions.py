@@ -36,6 +36,7 @@ from .. import index
 from ..errors import BlobsMissing, Conflict, Forbidden, InvalidRequest, NotFound, PayloadTooLarge
 from ..models import MAX_ID, Blob, Event, PendingPack, Version, VersionFile, utcnow
 from ..storage import ENCODINGS, Storage, blob_key, incoming_key
+from ..config import Settings
 
 
 def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) -> Dict[str, int]:
@@ -82,13 +83,13 @@ def _audit(session: Session, actor: str, version: dict, new_stored_bytes: int, *
                                                     "new_stored_bytes": new_stored_bytes, **details})
 
 
-def create_version(session: Session, storage: Storage, settings: dict, body: dict, *, actor: str,
+def create_version(session: Session, storage: Storage, settings: Settings, body: dict, *, actor: str,
                    token_id: Optional[int] = None) -> Tuple[int, dict]:
     """Record a publish's manifest: (201, a pending version and the blobs to upload), or (200, the key's
     newest version when the content is the same, or a committed ``linked`` version when another key has
     it: audited as a publish by ``actor``). A pending version belongs to ``token_id`` (``check_creator``)."""
     key, files = body["key"], body["files"]
-    sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
+    sizes = _check_manifest(files, body["roots"], settings.MAX_FILES)
     lifecycle.store_lock(session)  # GC must see this pending version, or run wholly before it
     entry = index.find_entry(session, key["name"], key["shape"], key["tags"], key["env"], create=True)
     newest = index.newest_committed(session, entry.id, body["kind"])
@@ -97,7 +98,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     # only directory snapshots are unioned, and never a signed one: its signature covers its own files
     if body.get("merge") and body["kind"] == keys.DEFAULT_KIND and not signed:
         files, body = merging.union(session, newest, body)
-        sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
+        sizes = _check_manifest(files, body["roots"], settings.MAX_FILES)
     digest = keys.manifest_digest(files)
     if index.same_content(newest, digest, signed):
         return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
@@ -116,7 +117,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
         entry_id=entry.id, kind=body["kind"], state="pending", manifest_digest=digest,
         file_count=len(files), total_bytes=sum(f["size"] for f in files), roots=body["roots"],
         meta=body["meta"], compile_seconds=body["compile_seconds"], created_at=now,
-        lease_expires_at=now + dt.timedelta(seconds=settings["UPLOAD_LEASE_SECONDS"]), restore_count=0,
+        lease_expires_at=now + dt.timedelta(seconds=settings.UPLOAD_LEASE_SECONDS), restore_count=0,
         token_id=token_id, **signed,
     )
     session.add(version)
@@ -124,7 +125,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
     index.insert_version_files(session, version.id, files)
     upload = [{"sha256": d, "size": sizes[d]} for d in sorted(set(sizes) - set(present))]
     if body.get("inline_targets", True):  # a client from before batched targets
-        expires = settings["PRESIGN_EXPIRES"]
+        expires = settings.PRESIGN_EXPIRES
         for item in upload:
             item["targets"] = {enc: upload_target(storage, item["sha256"], enc, expires, version.id, item["size"])
                                for enc in ENCODINGS}
@@ -132,7 +133,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
                  "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
 
 
-def blob_targets(session: Session, storage: Storage, settings: dict, version_id: int,
+def blob_targets(session: Session, storage: Storage, settings: Settings, version_id: int,
                  digests: List[str]) -> dict:
     """``{"targets": [{"sha256", "targets": {encoding: target}}], "stored": [sha256]}`` for blobs of a pending
     version: a target for each not stored yet (as the create answer would have listed inline), ``stored``
@@ -151,7 +152,7 @@ def blob_targets(session: Session, storage: Storage, settings: dict, version_id:
         raise InvalidRequest(f"blob {odd[0]} is not a file of version {version_id}; ask only for the blobs its "
                              "create answer listed", {"field": "blobs", "blobs": odd[:100]})
     stored = set(index.present_sizes(session, wanted))
-    expires = settings["PRESIGN_EXPIRES"]
+    expires = settings.PRESIGN_EXPIRES
     return {"targets": [{"sha256": d, "targets": {enc: upload_target(storage, d, enc, expires, version_id, named[d])
                                                   for enc in ENCODINGS}} for d in wanted if d not in stored],
             "stored": sorted(stored)}

@@ -37,6 +37,7 @@ from .. import index
 from .answer import blob_entries
 from ..models import Entry, Pack, Version, VersionFile
 from ..storage import Storage
+from ..config import Settings
 
 STEPS = ("shape", "shapes", "name")
 
@@ -76,10 +77,10 @@ def candidates(session: Session, key: dict, step: str, max_bytes: int) -> List[V
     return chosen
 
 
-def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps: Sequence[str],
+def resolve(session: Session, storage: Storage, settings: Settings, key: dict, steps: Sequence[str],
             max_bytes: Optional[int] = None) -> Optional[dict]:
     """The first step of ``steps`` that finds versions, as a resolve answer; None when none does."""
-    max_bytes = settings["FALLBACK_MAX_BYTES"] if max_bytes is None else max_bytes
+    max_bytes = settings.FALLBACK_MAX_BYTES if max_bytes is None else max_bytes
     for step in steps:
         versions = candidates(session, key, step, max_bytes)
         if versions:
@@ -94,7 +95,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, steps
     pack_sizes = dict(session.execute(select(Pack.digest, Pack.stored_size).where(
         Pack.digest.in_({b.pack_digest for b in blobs.values() if b.pack_digest}))).all())
     hits.write_now(session, [(v.entry_id, v.id, v.total_bytes, None) for v in versions], kind="fallback")
-    expires = settings["PRESIGN_EXPIRES"]
+    expires = settings.PRESIGN_EXPIRES
     return {
         "hit": True,
         "entry": index.entry_summary(versions[0].entry),

@@ -11,9 +11,10 @@ from .answer import blob_entries
 from .hits import HitLog, write_now
 from ..models import Event
 from ..storage import Storage
+from ..config import Settings
 
 
-def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallbacks: Sequence[str] = (),
+def resolve(session: Session, storage: Storage, settings: Settings, key: dict, fallbacks: Sequence[str] = (),
             fallback_max_bytes: Optional[int] = None, hits: Optional[HitLog] = None,
             kind: str = "inductor-dir", count: bool = True) -> dict:
     """Return the newest committed version of ``kind`` with its manifest and blob URLs, else the first
@@ -41,7 +42,7 @@ def resolve(session: Session, storage: Storage, settings: dict, key: dict, fallb
         return {"hit": False, "reason": reason, "nearest": explain.nearest(session, key)}
 
     rows = index.files_with_blobs(session, version.id)
-    expires = settings["PRESIGN_EXPIRES"]
+    expires = settings.PRESIGN_EXPIRES
     if not count:
         pass
     elif hits is None:

@@ -111,6 +111,11 @@ class Storage(abc.ABC):
     def iter_keys(self, prefix: str = "") -> Iterator[str]:
         """Every key under ``prefix`` (for GC and tests)."""
 
+    def check(self) -> None:
+        """Raise StorageError unless the store answers (the readiness probe, ``/readyz``): one cheap
+        real call, a listing of at most one key. Bounded by the caller: a hung store may block it."""
+        next(iter(self.iter_keys("v1/")), None)
+
     def upload_target(self, key: str, expires: int, size: Optional[int] = None) -> Optional[Dict]:
         """A presigned ``{"method", "url", "headers"}`` for a direct upload, or None
         when bytes must go through the service. ``size``: the body's length, signed into the URL

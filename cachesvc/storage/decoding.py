@@ -8,7 +8,7 @@ decoding pulls: ``zstandard``'s ``stream_reader`` hands out at most the bytes
 asked for, and ``pieces`` never asks for more than one byte past the
 declared size, so one byte too many is a refusal (``BadBlob``) after at most
 ``CHUNK`` bytes of output; the stored bytes are bounded too
-(``stored_bound``: endless empty frames decode to nothing), and so is zstd's
+(``rules.stored_limit``, the client's bound too: endless empty frames decode to nothing), and so is zstd's
 window (``MAX_WINDOW``: a frame asking for more is refused before zstd
 allocates it).
 
@@ -25,16 +25,10 @@ import io
 from typing import BinaryIO, Iterator, Optional
 
 import zstandard
-from cachesvc_client.rules import ENCODINGS, MAX_WINDOW  # shared with the client's decoder
+from cachesvc_client.rules import ENCODINGS, MAX_WINDOW, stored_limit  # the client's decoder's bounds too
 
 #: the most decoded bytes one step hands out (and the input read at a time)
 CHUNK = 1 << 20
-
-
-def stored_bound(size: int) -> int:
-    """The most stored bytes an encoding of ``size`` decoded bytes may take (zstd's worst case,
-    incompressible data in raw blocks, plus frame headers every 2 MiB, with room to spare)."""
-    return size + size // 64 + (64 << 10)
 
 
 class BadBlob(ValueError):
@@ -46,11 +40,14 @@ class BadBlob(ValueError):
 
 
 class _Bounded:
-    """A readable over ``raw`` that refuses more than ``stored_bound(limit)`` stored bytes and tells
-    ``seen(chunk)`` of each chunk read (the stored bytes' hash, a temp file)."""
+    """A readable over ``raw`` that refuses more than ``stored_limit(encoding, limit)`` stored bytes and
+    tells ``seen(chunk)`` of each chunk read (the stored bytes' hash, a temp file)."""
 
-    def __init__(self, raw: BinaryIO, limit: int, seen):
-        self.raw, self.left, self.limit, self.seen = raw, stored_bound(limit), limit, seen
+    def __init__(self, raw: BinaryIO, encoding: str, limit: int, seen):
+        self.bound = stored_limit(encoding, limit)
+        # identity: the stored bytes are the decoded ones, so Decode's own check (one byte past the
+        # declared size) is this same bound, and it says so in the declared size's words
+        self.raw, self.left, self.limit, self.seen = raw, self.bound + (encoding == "identity"), limit, seen
         self.stored = 0
 
     def read(self, n: int = -1) -> bytes:
@@ -58,7 +55,7 @@ class _Bounded:
         self.left -= len(data)
         self.stored += len(data)
         if self.left < 0:
-            raise BadBlob(f"the stored bytes run past {stored_bound(self.limit)}, longer than any encoding of "
+            raise BadBlob(f"the stored bytes run past {self.bound}, longer than any encoding of "
                           f"the declared {self.limit} bytes", {"declared_size": self.limit})
         if data:
             self.seen(data)
@@ -75,7 +72,7 @@ class Decode:
         if encoding not in ENCODINGS:
             raise BadBlob(f"unknown encoding {encoding!r}")
         self.encoding, self.limit = encoding, limit
-        self._src = _Bounded(raw, limit, seen)
+        self._src = _Bounded(raw, encoding, limit, seen)
         self.size = 0
 
     @property

@@ -175,6 +175,16 @@ class LocalStorage(Storage):
                 if key.startswith(prefix):
                     yield key
 
+    def check(self) -> None:
+        """The folder is there, a folder, and open for reading and writing (a volume that was not
+        mounted, or went read-only, is not ready)."""
+        try:
+            os.close(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY))
+        except OSError as exc:
+            raise StorageError(f"the blob folder {self.root} cannot be opened: {exc.strerror}") from None
+        if not os.access(self.root, os.R_OK | os.W_OK | os.X_OK):
+            raise StorageError(f"the blob folder {self.root} is not readable and writable by this process")
+
     def local_path(self, key: str) -> Optional[str]:
         """Where the object lies (for tests and tools); the service reads through ``open``, which follows no link."""
         return str(self._path(key))

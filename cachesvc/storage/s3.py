@@ -31,7 +31,7 @@ from .presign import GetPresigner
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 
 
-def _client(endpoint_url, region, access_key, secret_key, timeouts=True):
+def _client(endpoint_url, region, access_key, secret_key, timeouts=True, attempts=3, timeout=None):
     return boto3.client(
         "s3",
         endpoint_url=endpoint_url,
@@ -41,9 +41,9 @@ def _client(endpoint_url, region, access_key, secret_key, timeouts=True):
         config=Config(
             signature_version="s3v4",
             s3={"addressing_style": "path"},
-            retries={"max_attempts": 3, "mode": "standard"},
-            connect_timeout=5 if timeouts else 60,
-            read_timeout=30 if timeouts else 60,
+            retries={"max_attempts": attempts, "mode": "standard"},
+            connect_timeout=timeout or (5 if timeouts else 60),
+            read_timeout=timeout or (30 if timeouts else 60),
             max_pool_connections=32,
             # A ranged GET (a pack member) must not be checked against the whole object's checksum,
             # which some S3 servers (rclone) send with every answer; blobs are sha256-checked anyway.
@@ -89,6 +89,8 @@ class S3Storage(Storage):
         self.prefix = prefix.strip("/")
         self.presign = presign
         self._s3 = _client(endpoint_url, region, access_key, secret_key)
+        self._client_args = (endpoint_url, region, access_key, secret_key)
+        self._check_s3 = None  # the readiness check's client, made at its first check
         # Presigned URLs must name the endpoint the *clients* reach.
         self._signer = (_client(public_endpoint_url, region, access_key, secret_key)
                         if public_endpoint_url else self._s3)
@@ -186,6 +188,16 @@ class S3Storage(Storage):
             except Exception:  # noqa: BLE001 - the next sweep tries again
                 pass
         return removed
+
+    def check(self) -> None:
+        """One listing of at most one key under the prefix: the bucket is there and these credentials
+        may list it (as GC must)."""
+        if self._check_s3 is None:  # one attempt, short timeouts: an outage reads as what it is, at once
+            self._check_s3 = _client(*self._client_args, attempts=1, timeout=2)
+        try:
+            self._check_s3.list_objects_v2(Bucket=self.bucket, Prefix=self._key("v1/"), MaxKeys=1)
+        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
+            raise self._translate(exc, "v1/") from None
 
     def iter_keys(self, prefix: str = "") -> Iterator[str]:
         strip = len(self.prefix) + 1 if self.prefix else 0

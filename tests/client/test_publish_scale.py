@@ -13,7 +13,7 @@ import pytest
 
 from cachesvc_client import CacheClient, publish as publish_mod
 from cachesvc_client.transport import ServiceAPI
-from tests.helpers import ENV, publish_body, sha
+from tests.helpers import ENV, publish_body, set_settings, sha
 
 pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
               pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
@@ -22,7 +22,7 @@ LIMIT = 20_000
 
 
 def test_a_publish_at_the_file_limit_completes_with_default_timeouts(live_server, tmp_path, monkeypatch):
-    live_server.app.extensions["cachesvc"].settings["MAX_FILES"] = LIMIT
+    set_settings(live_server.app, MAX_FILES=LIMIT)
     src = tmp_path / "cache"
     for i in range(LIMIT - 2):
         d = src / f"d{i // 500:03d}"

@@ -14,7 +14,7 @@ import pytest
 
 import cachesvc_client
 from cachesvc_client import keys, remote_cache
-from tests.helpers import ENV
+from tests.helpers import ENV, set_settings
 
 torch = pytest.importorskip("torch")
 
@@ -160,7 +160,7 @@ def test_keys_outside_the_service_rules_are_sent_hashed(live_server, tokens):
 
 
 def test_a_value_over_the_limit_stays_local_without_an_error(live_server, tokens):
-    live_server.app.extensions["cachesvc"].settings["REMOTE_CACHE_MAX_BYTES"] = 100
+    set_settings(live_server.app, REMOTE_CACHE_MAX_BYTES=100)
     backend = remote_cache.HTTPBackend(live_server.url, "fx-graph", ENV, token=tokens["write"])
     backend.put("big", b"x" * 101)
     assert backend.stats.to_dict() == {"hits": 0, "misses": 0, "puts": 0, "errors": 0, "skipped": 0, "rejected": 0}

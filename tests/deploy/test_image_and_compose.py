@@ -248,7 +248,7 @@ def test_compose_services_agree_with_each_other_with_the_example_values():
     assert services["minio-bucket"]["environment"]["BUCKET"] == urlparse(env["CACHESVC_STORAGE_URL"]).netloc
     assert '"local/$BUCKET"' in services["minio-bucket"]["entrypoint"][-1]
     settings = config.load({}, environ=env)
-    assert settings["AUTO_MIGRATE"] is False and settings["GC_INTERVAL_SECONDS"] > 0
-    assert isinstance(from_url(settings["STORAGE_URL"], settings), S3Storage)
+    assert settings.AUTO_MIGRATE is False and settings.GC_INTERVAL_SECONDS > 0
+    assert isinstance(from_url(settings.STORAGE_URL, config.s3_options(settings)), S3Storage)
     with pytest.raises(AssertionError, match="copy .env.example to .env"):  # no .env: compose stops, says why
         interpolate(compose()["services"], {})

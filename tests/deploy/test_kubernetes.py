@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from cachesvc import config
+from cachesvc.api import health
 from cachesvc.storage import from_url
 from cachesvc.storage.s3 import S3Storage
 from tests.deploy.k8s import (KUSTOMIZE_ROOT, ROOT, container, containers, environment, get, kustomizations, mounts,
@@ -136,15 +137,19 @@ def test_production_scales_between_three_and_more_and_spreads_over_zones():
 
 
 @pytest.mark.parametrize("overlay", SERVICE_OVERLAYS)
-def test_readiness_and_liveness_ask_healthz_on_the_port_the_service_listens_on(overlay):
+def test_readiness_asks_readyz_and_liveness_healthz_on_the_port_the_service_listens_on(overlay):
     spec = pod_spec(get(render(overlay), "Deployment", "cachesvc"))
     c = container(spec, "cachesvc")
     (port,) = [p for p in c["ports"] if p["name"] == "http"]
     args = c["args"]
     assert args[0] == "serve" and args[args.index("--port") + 1] == str(port["containerPort"]) == "8787"
     assert args[args.index("--host") + 1] == "0.0.0.0"
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
+    # Readiness asks the storage too, within its timeout (api/health.STORAGE_DEADLINE); liveness stays
+    # the database's SELECT 1.
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert health.STORAGE_DEADLINE < c["readinessProbe"]["timeoutSeconds"]
     # Liveness gives up later than readiness: a database blip takes pods out of the Service but
     # does not restart them all.
     live, ready = c["livenessProbe"], c["readinessProbe"]
@@ -182,9 +187,9 @@ def test_production_commits_no_secret_and_reads_postgres_and_s3_settings():
     plain = {k[len("CACHESVC_"):]: v for k, v in env.items() if isinstance(v, str) and k.startswith("CACHESVC_")}
     settings = config.load({}, environ={f"CACHESVC_{k}": v for k, v in plain.items()} | {
         "CACHESVC_DATABASE_URL": "postgresql+psycopg://cachesvc@db/cachesvc"})
-    assert settings["AUTO_MIGRATE"] is False and settings["ANONYMOUS_READ"] is False
-    assert settings["GC_INTERVAL_SECONDS"] > 0 and settings["LRU_BUDGET_BYTES"] > 0
-    assert isinstance(from_url(settings["STORAGE_URL"], settings), S3Storage)
+    assert settings.AUTO_MIGRATE is False and settings.ANONYMOUS_READ is False
+    assert settings.GC_INTERVAL_SECONDS > 0 and settings.LRU_BUDGET_BYTES > 0
+    assert isinstance(from_url(settings.STORAGE_URL, config.s3_options(settings)), S3Storage)
 
 
 # ----------------------------------------------------------------- migrations and GC

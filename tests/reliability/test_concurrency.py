@@ -163,7 +163,7 @@ def test_concurrency_8_processes_publish_different_content_no_blob_lost(tmp_path
     assert {r["version_id"] for r in reports} == {v.id for v in versions}
 
     settings = config.load({"DATABASE_URL": postgres_url, **s3_server.settings(bucket, "cachesvc")}, environ={})
-    storage = from_url(settings["STORAGE_URL"], settings)
+    storage = from_url(settings.STORAGE_URL, config.s3_options(settings))
     db = cachesvc_db.Database(postgres_url)
     try:
         with db.session() as s:

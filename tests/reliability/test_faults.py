@@ -161,7 +161,7 @@ def test_fault_service_killed_mid_publish_leaves_no_partial_version_and_gc_recla
 
     settings = config.load({"DATABASE_URL": postgres_url, "STORAGE_URL": (svc.data_dir / "blobs").as_uri(),
                             "UPLOAD_LEASE_SECONDS": 2}, environ={})
-    index, storage = cachesvc_db.Database(postgres_url), from_url(settings["STORAGE_URL"], settings)
+    index, storage = cachesvc_db.Database(postgres_url), from_url(settings.STORAGE_URL, config.s3_options(settings))
     try:
         assert _states(index) == ["pending"], "no partial version became visible"
         stored = list(storage.iter_keys("v1/blobs/"))

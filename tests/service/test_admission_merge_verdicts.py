@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import func, select
 
 from cachesvc.models import AuditRecord, Event, Version, VersionFile
-from tests.helpers import key, publish, publish_body, put_blob, resolve_params, sha
+from tests.helpers import key, publish, publish_body, put_blob, resolve_params, set_settings, sha
 
 pytestmark = [pytest.mark.backends("database"),  # merge and verdicts under each database's transactions
               pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
@@ -215,7 +215,7 @@ def test_an_empty_manifest_or_the_clients_state_files_are_refused(client, files,
 def test_anonymous_verdicts_count_but_never_mark_or_clear_a_problem(client, app, tokens):
     """Issue 15, item 10: with anonymous read on (the SQLite default), anyone who reaches the service could
     otherwise flag every version; only a verdict sent with a token (read scope is enough) sets it."""
-    app.extensions["cachesvc"].settings["ANONYMOUS_READ"] = True  # the SQLite default; off on PostgreSQL
+    set_settings(app, ANONYMOUS_READ=True)  # the SQLite default; off on PostgreSQL
     vid = publish(client, {"a": b"a"})["version"]["id"]
     anonymous = app.test_client()
     resp = anonymous.post("/api/v1/verdicts", json={"versions": [vid], "verdict": "no_hits", "fallback": ""})

@@ -14,7 +14,7 @@ import zstandard
 from sqlalchemy import func, select, update
 
 from cachesvc.models import Blob, Entry, Token, Version
-from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
+from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, set_settings, sha
 
 BACKENDS = pytest.mark.backends
 FILES = {"fxgraph/ab/graph1": b"graph" * 100, "ab/cabc.py": b"code" * 300, "ab/cabc.so": b"\x7fELF" + bytes(5000)}
@@ -232,7 +232,7 @@ def test_malformed_json_and_wrong_content_type_get_4xx(client):
 
 
 def test_too_many_files_is_refused(client, app):
-    app.extensions["cachesvc"].settings["MAX_FILES"] = 3
+    set_settings(app, MAX_FILES=3)
     resp = client.post("/api/v1/versions", json=publish_body({f"f{i}": bytes([i]) for i in range(4)}))
     assert resp.status_code == 413
     assert "CACHESVC_MAX_FILES" in resp.json["error"]["message"]
@@ -361,14 +361,14 @@ def test_json_body_sent_as_another_content_type_gets_415_and_changes_nothing(cli
 
 
 def test_oversized_bodies_get_413_json_and_store_nothing(client, app, storage):
-    app.extensions["cachesvc"].settings["MAX_REQUEST_BYTES"] = 4096
+    set_settings(app, MAX_REQUEST_BYTES=4096)
     big = publish_body({f"f{i:04d}": bytes([i % 256]) for i in range(100)})
     assert len(json.dumps(big)) > 4096
     assert_json_error(client.post("/api/v1/versions", json=big), 413)
     assert_json_error(admin_client(app).post("/api/v1/admin/purge", json={"name": "x" * 70_000}), 413)
     assert count(app, Version) == 0
     # Blob bytes have their own limit (CACHESVC_MAX_BLOB_BYTES), whatever the content type.
-    app.extensions["cachesvc"].settings["MAX_BLOB_BYTES"] = 100
+    set_settings(app, MAX_BLOB_BYTES=100)
     data = b"y" * 500
     answer = client.post("/api/v1/versions", json=publish_body({"big": data})).json
     for ctype in ("application/octet-stream", "application/json"):
@@ -381,7 +381,7 @@ def test_oversized_bodies_get_413_json_and_store_nothing(client, app, storage):
 @pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 def test_chunked_blob_upload_over_the_limit_gets_413_and_stores_nothing(live_server, app, storage):
     # No Content-Length to refuse up front: the limit must hold while the body streams.
-    app.extensions["cachesvc"].settings["MAX_BLOB_BYTES"] = 1000
+    set_settings(app, MAX_BLOB_BYTES=1000)
     data = b"z" * 5000
     headers = {"Authorization": f"Bearer {app.config['TOKENS']['write']}"}
     answer = requests.post(f"{live_server.url}/api/v1/versions", json=publish_body({"z": data}), headers=headers,

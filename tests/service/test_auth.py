@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from cachesvc import auth
 from cachesvc.models import AuditRecord, Token
-from tests.helpers import key, publish, publish_body, resolve_params, sha
+from tests.helpers import key, publish, publish_body, resolve_params, set_settings, sha
 
 pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
               pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
@@ -53,6 +53,7 @@ ROUTES = [
     ("GET", "/admin/tokens/1/revoke", "admin"),
     ("POST", "/admin/tokens/1/revoke", "admin"),
     ("GET", "/healthz", None),
+    ("GET", "/readyz", None),  # the readiness probe: open, as /healthz
     ("GET", "/assets/cachesvc.css", None),  # the pages' stylesheet: the sign-in page needs it too
     ("GET", "/metrics", "read"),  # open unless CACHESVC_METRICS_PUBLIC is off
     ("GET", "/api/v1/openapi.json", None),
@@ -94,7 +95,7 @@ def with_token(app, token):
 
 @pytest.mark.parametrize("method,path,scope", [r for r in ROUTES if r[2]], ids=lambda v: str(v))
 def test_missing_or_wrong_token_is_401_and_a_lower_scope_is_403(app, tokens, method, path, scope):
-    app.extensions["cachesvc"].settings.update(ANONYMOUS_READ=False, METRICS_PUBLIC=False)
+    set_settings(app, ANONYMOUS_READ=False, METRICS_PUBLIC=False)
     body = {"json": {"not": "valid"}}  # authentication comes before body validation
     resp = anonymous(app).open(path, method=method, **body)
     assert resp.status_code == 401 and resp.json["error"]["code"] == "unauthorized"
@@ -115,13 +116,13 @@ def test_missing_or_wrong_token_is_401_and_a_lower_scope_is_403(app, tokens, met
 def test_anonymous_read_setting(app, tokens):
     publish(with_token(app, tokens["write"]), {"a": b"1"})
     svc = app.extensions["cachesvc"]
-    svc.settings["ANONYMOUS_READ"] = True
+    set_settings(svc, ANONYMOUS_READ=True)
     anon = anonymous(app)
     assert anon.get("/api/v1/resolve", query_string=resolve_params(key())).json["hit"] is True
     assert anon.get("/").status_code == 200
     assert anon.post("/api/v1/versions", json=publish_body({"b": b"2"})).status_code == 401, "never anonymous write"
     assert anon.post("/api/v1/admin/gc").status_code == 401
-    svc.settings["ANONYMOUS_READ"] = False
+    set_settings(svc, ANONYMOUS_READ=False)
     assert anon.get("/api/v1/entries").status_code == 401
     assert with_token(app, tokens["read"]).get("/api/v1/entries").json["total"] == 1
 
@@ -129,19 +130,19 @@ def test_anonymous_read_setting(app, tokens):
 def test_anonymous_read_is_on_for_the_embedded_default_only(app):
     from cachesvc import config
 
-    assert config.load({"DATABASE_URL": "sqlite:////tmp/x.db"}, environ={})["ANONYMOUS_READ"] is True
-    assert config.load({"DATABASE_URL": "postgresql+psycopg://u@h/db"}, environ={})["ANONYMOUS_READ"] is False
-    assert config.load({}, environ={"CACHESVC_ANONYMOUS_READ": "0"})["ANONYMOUS_READ"] is False
+    assert config.load({"DATABASE_URL": "sqlite:////tmp/x.db"}, environ={}).ANONYMOUS_READ is True
+    assert config.load({"DATABASE_URL": "postgresql+psycopg://u@h/db"}, environ={}).ANONYMOUS_READ is False
+    assert config.load({}, environ={"CACHESVC_ANONYMOUS_READ": "0"}).ANONYMOUS_READ is False
 
 
 def test_healthz_open_and_metrics_open_unless_closed(app, tokens):
     svc = app.extensions["cachesvc"]
-    svc.settings["ANONYMOUS_READ"] = False
+    set_settings(svc, ANONYMOUS_READ=False)
     anon = anonymous(app)
     assert anon.get("/healthz").status_code == 200
     assert anon.get("/metrics").status_code == 200
-    svc.settings["METRICS_PUBLIC"] = False
-    svc.settings["ANONYMOUS_READ"] = True  # anonymous read does not open closed metrics
+    set_settings(svc, METRICS_PUBLIC=False)
+    set_settings(svc, ANONYMOUS_READ=True)  # anonymous read does not open closed metrics
     assert anon.get("/metrics").status_code == 401
     resp = with_token(app, tokens["read"]).get("/metrics")
     assert resp.status_code == 200 and b"cachesvc_http_requests_total" in resp.data

@@ -81,7 +81,7 @@ def test_a_chunked_form_is_read_only_up_to_the_limit(app):
                                   headers={**HTML, "Transfer-Encoding": "chunked"},
                                   environ_overrides={"wsgi.input_terminated": True})  # what gunicorn says of chunked
     assert resp.status_code == 413
-    assert body.read_bytes <= app.extensions["cachesvc"].settings["BODY_LIMIT_BYTES"] + (1 << 16)
+    assert body.read_bytes <= app.extensions["cachesvc"].settings.BODY_LIMIT_BYTES + (1 << 16)
 
 
 @pytest.mark.parametrize("path, largest", [("/api/v1/verdicts", verdicts.LARGEST),

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import key, publish
+from tests.helpers import key, publish, set_settings
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -41,7 +41,7 @@ def chromium():
 @pytest.fixture
 def browser(chromium, app):
     """A fresh browser context (no cookies; JavaScript off: the pages must work without it)."""
-    app.extensions["cachesvc"].settings["ANONYMOUS_READ"] = False
+    set_settings(app, ANONYMOUS_READ=False)
     ctx = chromium.new_context(java_script_enabled=False)
     try:
         yield ctx
@@ -157,7 +157,7 @@ def test_the_pages_fit_the_window_at_1280_and_800_pixels(live_server, client, to
                 key(name=f"model-{i}", shape=long_shape, tags={"mode": "max-autotune-no-cudagraphs", "team": "z" * 40},
                     device="NVIDIA H200 NVL 141GB", cuda="cuda-12.8", arch="sm_90"))
     entry_id = publish(client, {"a.py": b"a"}, key(name="resnet"))["version"]["entry_id"]
-    app.extensions["cachesvc"].settings["ANONYMOUS_READ"] = False
+    set_settings(app, ANONYMOUS_READ=False)
     ctx = chromium.new_context(java_script_enabled=True, viewport={"width": 1280, "height": 900})
     try:
         page = ctx.new_page()

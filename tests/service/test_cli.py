@@ -28,8 +28,8 @@ def settings_env(app=None, **extra) -> Dict[str, Optional[str]]:
     env: Dict[str, Optional[str]] = {k: None for k in os.environ if k.startswith("CACHESVC_")}
     if app is not None:
         svc = app.extensions["cachesvc"]
-        env.update(CACHESVC_DATABASE_URL=svc.settings["DATABASE_URL"], CACHESVC_STORAGE_URL=svc.settings["STORAGE_URL"],
-                   CACHESVC_DATA_DIR=svc.settings["DATA_DIR"])
+        env.update(CACHESVC_DATABASE_URL=svc.settings.DATABASE_URL, CACHESVC_STORAGE_URL=svc.settings.STORAGE_URL,
+                   CACHESVC_DATA_DIR=svc.settings.DATA_DIR)
     env.update(extra)
     return env
 

@@ -110,7 +110,7 @@ def test_purge_keep_latest_counts_per_kind_and_gc_collects_every_kind_alike(app,
     for kind in ("inductor-dir", "mega-cache", "aot-function"):
         assert resolve(client, k, kind)["hit"] is False
 
-    grace = dt.timedelta(seconds=svc.settings["GC_GRACE_SECONDS"] + 1)
+    grace = dt.timedelta(seconds=svc.settings.GC_GRACE_SECONDS + 1)
     later = collect.gc(svc.db, svc.storage, svc.settings, now=utcnow() + grace)
     assert later["versions_deleted"] == 5 and later["blobs_deleted"] == 5 and later["entries_deleted"] == 1
     assert keys_in(svc.storage) == set()

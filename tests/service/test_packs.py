@@ -161,7 +161,7 @@ def test_gc_keeps_a_partly_live_pack_whole_and_deletes_a_dead_one(client, app, s
     v1 = resp.json["version"]["id"]
     v2 = publish(client, {"a.py": FILES["a.py"]}, key(name="second"))["version"]["id"]  # a member, still live
     svc = app.extensions["cachesvc"]
-    later = utcnow() + dt.timedelta(seconds=svc.settings["GC_GRACE_SECONDS"] + 60)
+    later = utcnow() + dt.timedelta(seconds=svc.settings.GC_GRACE_SECONDS + 60)
 
     assert admin.post("/api/v1/admin/purge", json={"name": "first"}).status_code == 200
     kept = collect.gc(svc.db, svc.storage, svc.settings, now=later)
@@ -209,7 +209,7 @@ def test_gc_sweeps_the_pack_of_a_publish_whose_lease_ran_out(client, app, storag
     data, _ = build_pack(FILES)
     upload_pack(client, answer["version"]["id"], data)
     svc = app.extensions["cachesvc"]
-    lease = dt.timedelta(seconds=svc.settings["UPLOAD_LEASE_SECONDS"]) + collect.LEASE_MARGIN
+    lease = dt.timedelta(seconds=svc.settings.UPLOAD_LEASE_SECONDS) + collect.LEASE_MARGIN
     expired = collect.gc(svc.db, svc.storage, svc.settings, now=utcnow() + lease + dt.timedelta(seconds=1))
     assert expired["versions_deleted"] == 1
     assert expired["orphan_packs_deleted"] == 1 and storage.stat(pack_key(sha(data))) is None

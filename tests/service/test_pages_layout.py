@@ -9,7 +9,7 @@ import re
 import pytest
 
 from cachesvc.browse import filters
-from tests.helpers import key, publish
+from tests.helpers import key, publish, set_settings
 
 LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 SQLITE = lambda f: LOCAL(pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)(f))  # noqa: E731
@@ -34,7 +34,7 @@ def test_pages_use_their_own_stylesheet_and_link_the_swagger_ui(client):
     assert href == "/assets/cachesvc.css"
     with client.get(href) as css:
         assert css.status_code == 200 and css.mimetype == "text/css" and b"overflow-wrap" in css.data
-    client.application.extensions["cachesvc"].settings["ANONYMOUS_READ"] = False
+    set_settings(client.application, ANONYMOUS_READ=False)
     with client.application.test_client().get(href) as anonymous:
         assert anonymous.status_code == 200, "the sign-in page needs it too"
     assert re.search(r'<a href="/api/v1/docs" id="api-docs">API</a>', html)

@@ -10,7 +10,7 @@ from sqlalchemy import select, update
 
 from cachesvc.lifecycle import actions
 from cachesvc.models import PageSession, Token
-from tests.helpers import key, publish, resolve_params
+from tests.helpers import key, publish, resolve_params, set_settings
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -21,7 +21,7 @@ HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0
 @pytest.fixture
 def people(app):
     """A client with no token, on a service where anonymous read is off (the PostgreSQL default)."""
-    app.extensions["cachesvc"].settings["ANONYMOUS_READ"] = False
+    set_settings(app, ANONYMOUS_READ=False)
     return app.test_client()
 
 

@@ -38,7 +38,8 @@ def test_production_refuses_to_start_without_a_real_key_and_secure_cookies(tmp_p
 
 def test_the_examples_secret_key_is_refused():
     with pytest.raises(SystemExit, match="placeholder"):
-        config.check_production({"PRODUCTION": True, "SECRET_KEY": _example_secret_key(), "COOKIE_SECURE": True})
+        config.check_production(config.load({"PRODUCTION": True, "SECRET_KEY": _example_secret_key(),
+                                             "COOKIE_SECURE": True}, environ={}))
 
 
 def test_production_starts_with_a_real_key_and_dev_without_any(tmp_path):
@@ -51,7 +52,7 @@ def test_production_starts_with_a_real_key_and_dev_without_any(tmp_path):
                                  "COOKIE_SECURE": True, "TESTING": True})
     assert fleet.config["SECRET_KEY"] == GOOD and fleet.config["SESSION_COOKIE_SECURE"]
     dev = cachesvc.create_app({"DATA_DIR": str(tmp_path / "b"), "TESTING": True})
-    assert dev.config["SECRET_KEY"] and not config.load({"DATA_DIR": str(tmp_path)})["PRODUCTION"]
+    assert dev.config["SECRET_KEY"] and not config.load({"DATA_DIR": str(tmp_path)}).PRODUCTION
 
 
 def test_serve_in_production_without_a_key_exits_with_one_line_before_it_listens(tmp_path):

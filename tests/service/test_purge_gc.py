@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 from cachesvc.lifecycle import collect
 from cachesvc.models import Blob, Entry, Version, VersionFile, utcnow
 from cachesvc.storage import blob_key, incoming_key
-from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, sha
+from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, set_settings, sha
 
 pytestmark = pytest.mark.backends  # GC deletes from storage under the database's locks
 
@@ -143,7 +143,7 @@ def keys_in(storage):
 def test_gc_keeps_what_is_live_pending_or_recently_purged_and_deletes_the_rest(app, client, storage, tmp_path):
     """On every database x storage backend."""
     svc = app.extensions["cachesvc"]
-    svc.settings["UPLOAD_LEASE_SECONDS"] = 10 * svc.settings["GC_GRACE_SECONDS"]  # the pending one outlives the grace
+    set_settings(svc, UPLOAD_LEASE_SECONDS=int(10 * svc.settings.GC_GRACE_SECONDS))  # the pending one outlives the grace
     shared, a1, b1, p1 = b"shared" * 50, b"only in a", b"only in b", b"pending upload"
     publish(client, {"s": shared, "a": a1}, key(name="a"))
     publish(client, {"s": shared, "b": b1}, key(name="b"))
@@ -167,7 +167,7 @@ def test_gc_keeps_what_is_live_pending_or_recently_purged_and_deletes_the_rest(a
     for d, blob in resolved["blobs"].items():
         assert sha(get_blob(client, blob["url"])) == d
 
-    grace = dt.timedelta(seconds=svc.settings["GC_GRACE_SECONDS"] + 1)
+    grace = dt.timedelta(seconds=svc.settings.GC_GRACE_SECONDS + 1)
     later = collect.gc(svc.db, svc.storage, svc.settings, now=utcnow() + grace)
     assert later["blobs_deleted"] == 1 and later["bytes_freed"] == len(a1)
     assert later["versions_deleted"] == 1 and later["entries_deleted"] == 1
@@ -175,7 +175,7 @@ def test_gc_keeps_what_is_live_pending_or_recently_purged_and_deletes_the_rest(a
     with svc.db.session() as s:
         assert s.scalar(select(func.count()).select_from(Entry).where(Entry.name == "a")) == 0
 
-    lease = dt.timedelta(seconds=svc.settings["UPLOAD_LEASE_SECONDS"]) + collect.LEASE_MARGIN
+    lease = dt.timedelta(seconds=svc.settings.UPLOAD_LEASE_SECONDS) + collect.LEASE_MARGIN
     expired = collect.gc(svc.db, svc.storage, svc.settings, now=utcnow() + lease + dt.timedelta(seconds=1))
     # the abandoned upload goes: a blob row (uploaded through the service) or its incoming object (presigned)
     assert expired["versions_deleted"] == 1
@@ -202,8 +202,8 @@ def test_gc_endpoint_and_metrics_count_runs(app):
 def cli(app, *args):
     svc = app.extensions["cachesvc"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESVC_")}
-    env.update(CACHESVC_DATABASE_URL=svc.settings["DATABASE_URL"], CACHESVC_STORAGE_URL=svc.settings["STORAGE_URL"],
-               CACHESVC_DATA_DIR=svc.settings["DATA_DIR"])
+    env.update(CACHESVC_DATABASE_URL=svc.settings.DATABASE_URL, CACHESVC_STORAGE_URL=svc.settings.STORAGE_URL,
+               CACHESVC_DATA_DIR=svc.settings.DATA_DIR)
     return subprocess.run([sys.executable, "-m", "cachesvc.cli", *args], env=env, capture_output=True, text=True,
                           timeout=120)
 
@@ -240,7 +240,7 @@ def test_purge_and_gc_while_publishes_and_restores_run_never_delete_a_referenced
     pending version names is stored."""
     svc = app.extensions["cachesvc"]
     grace = 1.0
-    svc.settings["GC_GRACE_SECONDS"] = grace
+    set_settings(svc, GC_GRACE_SECONDS=grace)
     stop = threading.Event()
     problems, counts, lock = [], {"commits": 0, "hits": 0, "deleted": 0, "rounds": 0}, threading.Lock()
     progress = threading.Condition(lock)  # notified at each commit and hit: a purge round waits for one

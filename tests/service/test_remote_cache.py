@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from cachesvc.lifecycle import collect
 from cachesvc.models import Blob, RemoteCacheItem
 from cachesvc.storage import blob_key, pack_key
-from tests.helpers import ENV, publish, publish_body, sha
+from tests.helpers import ENV, publish, publish_body, set_settings, sha
 
 pytestmark = pytest.mark.backends("storage")  # values in storage; tests of its rows (upserts) take both axes
 
@@ -91,7 +91,7 @@ def test_missing_or_bad_environment_is_4xx_json(client):
 
 
 def test_values_beyond_the_size_limit_are_413_json_and_store_nothing(app, client):
-    app.extensions["cachesvc"].settings["REMOTE_CACHE_MAX_BYTES"] = 1000
+    set_settings(app, REMOTE_CACHE_MAX_BYTES=1000)
     assert client.put(URL, query_string=env(), data=b"x" * 1000).status_code == 201
     big = URL.replace("fk3xqz7ab2c", "big")
     resp = client.put(big, query_string=env(), data=b"x" * 1001)
@@ -107,7 +107,7 @@ def test_values_beyond_the_size_limit_are_413_json_and_store_nothing(app, client
 def test_a_chunked_value_beyond_the_limit_is_413_over_real_http(app, live_server, tokens):
     import requests
 
-    app.extensions["cachesvc"].settings["REMOTE_CACHE_MAX_BYTES"] = 1000
+    set_settings(app, REMOTE_CACHE_MAX_BYTES=1000)
     headers = {"Authorization": f"Bearer {tokens['write']}"}
     chunks = (b"y" * 500 for _ in range(10))  # a generator: requests sends it chunked, without a length
     resp = requests.put(live_server.url + URL, params=env(), data=chunks, headers=headers, timeout=30)
@@ -137,7 +137,7 @@ def test_gc_keeps_blobs_named_by_items_and_evicts_idle_items(app, client, storag
     assert storage.stat(blob_key(sha(b"stale"), "zstd")) is None
     assert client.get(URL, query_string=env()).data == b"fresh"
 
-    svc.settings["REMOTE_CACHE_MAX_IDLE_DAYS"] = 0  # never evict
+    set_settings(svc, REMOTE_CACHE_MAX_IDLE_DAYS=0)  # never evict
     with svc.db.session() as s:
         s.execute(update(RemoteCacheItem).values(last_used_at=long_ago))
     assert collect.gc(svc.db, svc.storage, svc.settings)["remote_cache_items_evicted"] == 0
@@ -155,7 +155,7 @@ def test_a_read_refreshes_last_use_so_a_used_item_is_not_evicted(app, client):
 
 
 def test_metrics_count_hits_misses_puts_and_refusals(app, client):
-    app.extensions["cachesvc"].settings["REMOTE_CACHE_MAX_BYTES"] = 10
+    set_settings(app, REMOTE_CACHE_MAX_BYTES=10)
     client.get(URL, query_string=env())
     client.put(URL, query_string=env(), data=b"value")
     client.get(URL, query_string=env())

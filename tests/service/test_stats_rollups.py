@@ -16,7 +16,7 @@ from sqlalchemy import case, event, func, insert, select
 from cachesvc import browse, db as cachesvc_db, rollups
 from cachesvc.lifecycle import Scheduler, actions, retention
 from cachesvc.models import AuditRecord, Event, EventRollup, utcnow
-from tests.helpers import key, publish, resolve_params
+from tests.helpers import key, publish, resolve_params, set_settings
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 BOTH = pytest.mark.parametrize("database_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
@@ -110,7 +110,7 @@ def test_retention_deletes_old_events_and_audit_records_and_the_stats_keep_their
         s.add(AuditRecord(actor="test", action="gc", at=utcnow() - dt.timedelta(days=400)))
     with svc.db.session() as s:
         kept = browse.totals(s)
-    svc.settings.update(EVENTS_RETENTION_DAYS=90, AUDIT_RETENTION_DAYS=365)
+    set_settings(svc, EVENTS_RETENTION_DAYS=90, AUDIT_RETENTION_DAYS=365)
     result = Scheduler(svc).run_once()
     assert result["retention"]["events"] == 7 and result["retention"]["audit"] == 1
     with svc.db.session() as s:
@@ -119,7 +119,7 @@ def test_retention_deletes_old_events_and_audit_records_and_the_stats_keep_their
         after = browse.totals(s)
     assert {k: v for k, v in after.items() if k != "gc_runs"} == {k: v for k, v in kept.items() if k != "gc_runs"}
     assert after["gc_runs"] == kept["gc_runs"] + 1  # this round's own GC
-    svc.settings.update(EVENTS_RETENTION_DAYS=0, AUDIT_RETENTION_DAYS=0)
+    set_settings(svc, EVENTS_RETENTION_DAYS=0, AUDIT_RETENTION_DAYS=0)
     assert retention.apply(svc)["events"] == 0
 
 

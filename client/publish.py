@@ -260,6 +260,32 @@ def _check_not_empty(files: List[dict], wanted: List[roots_mod.Root], present: L
         + "; publish after the compile, from the process (or cache dir) that ran it", code="empty_manifest")
 
 
+def own_roots(roots: List[roots_mod.Root]) -> Tuple[List[roots_mod.Root], List[str]]:
+    """The default roots less the host's shared default folders (``roots.host_default``: e.g. the precompiled
+    headers under ``/tmp/torchinductor_<user>`` with TMPDIR unset), whose files may be any process's of this
+    user: (the roots to publish, a warning for each left-out folder that holds files). InvalidRequest when the
+    cache dir itself is torch's shared default: none of it is known to be this compile's."""
+    kept, notes = [], []
+    for root in roots:
+        settings = roots_mod.host_default(root)
+        if not settings:
+            kept.append(root)
+            continue
+        if root.role == "inductor":
+            raise InvalidRequest(
+                f"the cache dir {root.path} is torch's default under the host's shared temp dir, where every process "
+                "of this user writes: its files may be another process's. Set TORCHINDUCTOR_CACHE_DIR (or "
+                "--cache-dir) to this compile's own folder, or TMPDIR to this process's own temp dir (a container's: "
+                "TMPDIR=/tmp), in the compiling process and here", code="shared_cache_dir")
+        held = sum(1 for _ in roots_mod.walk(root.path, root.exclude))
+        if held:
+            notes.append(f"left out {root.role} ({root.path}, {held} file(s)): the host's default folder, which every "
+                         f"process of this user shares, so not this compile's alone; restoring processes rebuild what "
+                         f"it held. Set {' or '.join(settings)} to this process's own folder (a container's /tmp: "
+                         "TMPDIR=/tmp) in the compiling process and here to publish it")
+    return kept, notes
+
+
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,
             workers: int = 8, transfer_timeout: float = 600.0, merge: bool = True, kind: str = "inductor-dir",
             meta: Optional[Dict[str, str]] = None) -> PublishReport:

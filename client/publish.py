@@ -27,6 +27,15 @@ from .report import PublishReport
 
 log = logging.getLogger("cachesvc_client")
 
+#: The variables that place each shared role's folder (roots.SHARED_ROLES; the inductor root at torch's
+#: default). Set, the process was given a folder of its own (a container's private /tmp: ``TMPDIR=/tmp``);
+#: all unset, the folder is the host's default (``/tmp/torchinductor_<user>``, ``~/.triton/cache``, ``~/.nv``), which every process of the
+#: user on the host writes to, and nothing on disk tells which of its files this process made or read.
+_TEMP_VARS = ("TMPDIR", "TEMP", "TMP")  # tempfile.gettempdir()'s order
+PLACED_BY: Dict[str, Tuple[str, ...]] = {"inductor": ("TORCHINDUCTOR_CACHE_DIR",) + _TEMP_VARS,
+                                          "pch": _TEMP_VARS, "memo": _TEMP_VARS,
+                                          "triton": ("TRITON_CACHE_DIR", "TRITON_HOME"), "nv": ("CUDA_CACHE_PATH",)}
+
 #: tries per blob upload when storage answers 5xx or the connection breaks
 UPLOAD_ATTEMPTS = 3
 #: commits per publish: a commit that finds blobs missing uploads those again first
@@ -260,14 +269,25 @@ def _check_not_empty(files: List[dict], wanted: List[roots_mod.Root], present: L
         + "; publish after the compile, from the process (or cache dir) that ran it", code="empty_manifest")
 
 
+def host_default(root: roots_mod.Root) -> Tuple[str, ...]:
+    """The variables to set when ``root`` is the host's shared default folder for its role (``PLACED_BY``:
+    none of them set, and for ``inductor``, the folder is torch's default dir); () when it is this process's own."""
+    placed_by = PLACED_BY.get(root.role)
+    if not placed_by or any(os.environ.get(v, "").strip() for v in placed_by):
+        return ()
+    if root.role == "inductor" and not roots_mod.inside(root.path, roots_mod.default_cache_dir()):
+        return ()  # a cache dir given by argument (--cache-dir, cache_dir=)
+    return placed_by
+
+
 def own_roots(roots: List[roots_mod.Root]) -> Tuple[List[roots_mod.Root], List[str]]:
-    """The default roots less the host's shared default folders (``roots.host_default``: e.g. the precompiled
+    """The default roots less the host's shared default folders (``host_default``: e.g. the precompiled
     headers under ``/tmp/torchinductor_<user>`` with TMPDIR unset), whose files may be any process's of this
     user: (the roots to publish, a warning for each left-out folder that holds files). InvalidRequest when the
     cache dir itself is torch's shared default: none of it is known to be this compile's."""
     kept, notes = [], []
     for root in roots:
-        settings = roots_mod.host_default(root)
+        settings = host_default(root)
         if not settings:
             kept.append(root)
             continue

@@ -66,14 +66,6 @@ EXTRA_ROOTS_VAR = "CACHESVC_EXTRA_ROOTS"
 #: torchinductor_<user>, ~/.triton, ~/.nv): what they hold may be a neighbour's, so they travel
 #: only beside files of the process's own roots (its cache dir, vLLM's), never alone.
 SHARED_ROLES: Tuple[str, ...] = ("pch", "memo", "triton", "nv")
-#: The variables that place each shared role's folder (and the inductor root's default). Set, the process
-#: was given a folder of its own (a container's private /tmp: ``TMPDIR=/tmp``); all unset, the folder is the
-#: host's default (``/tmp/torchinductor_<user>``, ``~/.triton/cache``, ``~/.nv``), which every process of the
-#: user on the host writes to, and nothing on disk tells which of its files this process made or read.
-_TEMP_VARS = ("TMPDIR", "TEMP", "TMP")  # tempfile.gettempdir()'s order
-PLACED_BY: Dict[str, Tuple[str, ...]] = {"inductor": ("TORCHINDUCTOR_CACHE_DIR",) + _TEMP_VARS,
-                                          "pch": _TEMP_VARS, "memo": _TEMP_VARS,
-                                          "triton": ("TRITON_CACHE_DIR", "TRITON_HOME"), "nv": ("CUDA_CACHE_PATH",)}
 
 
 @dataclass(frozen=True)
@@ -251,17 +243,6 @@ def resolve_root(role: str, cache_dir: Optional[str] = None, extra: Optional[Map
         return known_extra_dir(role)
     raise ValueError(f"unknown root role {role!r}; known: {', '.join(ROLES + KNOWN_EXTRA)}; name it in "
                      f"{EXTRA_ROOTS_VAR} (role=/folder) to restore it")
-
-
-def host_default(root: Root) -> Tuple[str, ...]:
-    """The variables to set when ``root`` is the host's shared default folder for its role (``PLACED_BY``:
-    none of them set, and for ``inductor``, the folder is torch's default dir); () when it is this process's own."""
-    placed_by = PLACED_BY.get(root.role)
-    if not placed_by or any(os.environ.get(v, "").strip() for v in placed_by):
-        return ()
-    if root.role == "inductor" and not inside(root.path, default_cache_dir()):
-        return ()  # a cache dir given by argument (--cache-dir, cache_dir=)
-    return placed_by
 
 
 def inside(path: str, parent: str) -> bool:

@@ -33,7 +33,7 @@ def enter_container(monkeypatch, root: Path) -> Path:
     monkeypatch.setattr(tempfile, "tempdir", str(root / "tmp"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root / "cache"))
     # Triton's own dir in the container's HOME, set as a container's own (unset, ~/.triton is the host's
-    # shared default, which a publish leaves out: roots.host_default)
+    # shared default, which a publish leaves out: publish.host_default)
     monkeypatch.setenv("TRITON_HOME", str(root / "home"))
     for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH"):
         monkeypatch.delenv(var, raising=False)

@@ -28,13 +28,14 @@ from .report import PublishReport
 log = logging.getLogger("cachesvc_client")
 
 #: The variables that place each shared role's folder (roots.SHARED_ROLES; the inductor root at torch's
-#: default). Set, the process was given a folder of its own (a container's private /tmp: ``TMPDIR=/tmp``);
-#: all unset, the folder is the host's default (``/tmp/torchinductor_<user>``, ``~/.triton/cache``, ``~/.nv``), which every process of the
-#: user on the host writes to, and nothing on disk tells which of its files this process made or read.
+#: default), and how a container says its own. Set, the process was given a folder of its own; all unset,
+#: the folder is the host's default (``/tmp/torchinductor_<user>``, ``~/.triton/cache``, ``~/.nv``), which
+#: every process of the user on the host writes to, and nothing on disk tells which of its files this
+#: process made or read.
 _TEMP_VARS = ("TMPDIR", "TEMP", "TMP")  # tempfile.gettempdir()'s order
-PLACED_BY: Dict[str, Tuple[str, ...]] = {"inductor": ("TORCHINDUCTOR_CACHE_DIR",) + _TEMP_VARS,
-                                          "pch": _TEMP_VARS, "memo": _TEMP_VARS,
-                                          "triton": ("TRITON_CACHE_DIR", "TRITON_HOME"), "nv": ("CUDA_CACHE_PATH",)}
+PLACED_BY: Dict[str, Tuple[str, ...]] = {"inductor": _TEMP_VARS, "pch": _TEMP_VARS, "memo": _TEMP_VARS,
+                                          "triton": ("TRITON_HOME", "TRITON_CACHE_DIR"), "nv": ("CUDA_CACHE_PATH",)}
+_OWN_EXAMPLE = {"triton": "TRITON_HOME=$HOME", "nv": "CUDA_CACHE_PATH=$HOME/.nv/ComputeCache"}
 
 #: tries per blob upload when storage answers 5xx or the connection breaks
 UPLOAD_ATTEMPTS = 3
@@ -275,8 +276,10 @@ def host_default(root: roots_mod.Root) -> Tuple[str, ...]:
     placed_by = PLACED_BY.get(root.role)
     if not placed_by or any(os.environ.get(v, "").strip() for v in placed_by):
         return ()
+    # a cache dir elsewhere was chosen (TORCHINDUCTOR_CACHE_DIR, --cache-dir); at torch's default path it is the
+    # shared one however it was named (CacheClient sets TORCHINDUCTOR_CACHE_DIR to it after a restore)
     if root.role == "inductor" and not roots_mod.inside(root.path, roots_mod.default_cache_dir()):
-        return ()  # a cache dir given by argument (--cache-dir, cache_dir=)
+        return ()
     return placed_by
 
 
@@ -301,8 +304,9 @@ def own_roots(roots: List[roots_mod.Root]) -> Tuple[List[roots_mod.Root], List[s
         if held:
             notes.append(f"left out {root.role} ({root.path}, {held} file(s)): the host's default folder, which every "
                          f"process of this user shares, so not this compile's alone; restoring processes rebuild what "
-                         f"it held. Set {' or '.join(settings)} to this process's own folder (a container's /tmp: "
-                         "TMPDIR=/tmp) in the compiling process and here to publish it")
+                         f"it held. Set {' or '.join(settings)} to this process's own folder (a container's: "
+                         f"{_OWN_EXAMPLE.get(root.role, 'TMPDIR=/tmp')}) in the compiling process and here to "
+                         "publish it")
     return kept, notes
 
 

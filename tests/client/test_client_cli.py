@@ -248,10 +248,12 @@ def test_a_publish_carries_none_of_what_a_neighbour_left_in_the_hosts_shared_def
         assert {f["root"] for f in files} == {"inductor"}, files
         assert not [f for f in files if "neighbour" in f["path"]]
         assert all((tmp_path / "ctr" / "cache" / f["path"]).is_file() for f in files)
-        shared = cli({k: v for k, v in env.items() if k != "TORCHINDUCTOR_CACHE_DIR"}, "publish", "--name", "other",
-                     "--shape", SHAPE)
-        assert shared.returncode == 1 and "torch's default under the host's shared temp dir" in one_line(
-            shared.stderr), shared.stderr
+        for cache_dir in (None, default):  # unset, or named: torch's default path is the shared one either way
+            shared = cli({**{k: v for k, v in env.items() if k != "TORCHINDUCTOR_CACHE_DIR"},
+                          **({"TORCHINDUCTOR_CACHE_DIR": cache_dir} if cache_dir else {})},
+                         "publish", "--name", "other", "--shape", SHAPE)
+            assert shared.returncode == 1 and "torch's default under the host's shared temp dir" in one_line(
+                shared.stderr), shared.stderr
     finally:  # the host's /tmp: the compile's ~150 MB precompiled header and the neighbour's files
         import shutil
         shutil.rmtree(default, ignore_errors=True)

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import datetime as dt
 import secrets
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from flask import current_app, g, request, session as cookie_session
-from sqlalchemy import delete, false, select
+from sqlalchemy import delete, false, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -161,6 +162,33 @@ def sign_out(svc) -> None:
         with svc.db.session() as s:
             s.execute(delete(PageSession).where(PageSession.id_hash == hash_token(sid)))
     cookie_session.clear()
+
+
+def hold_for_page(svc, value: dict) -> bool:
+    """Keep ``value`` (JSON) in this sign-in's row for the next page to show once (``take_from_page``): never in
+    the cookie, which is signed, not encrypted. False when the request has no page session to keep it in."""
+    sid = _cookie_sid()
+    if sid is None:
+        return False
+    with svc.db.session() as s:
+        held = s.execute(update(PageSession).where(PageSession.id_hash == hash_token(sid))
+                         .values(flash=json.dumps(value)))
+        return held.rowcount == 1
+
+
+def take_from_page(svc) -> Optional[dict]:
+    """What ``hold_for_page`` kept for this sign-in, emptied as it is read, so one request gets it (a refresh,
+    or two at once, get None)."""
+    sid = _cookie_sid()
+    if sid is None:
+        return None
+    with svc.db.session() as s:
+        row = PageSession.id_hash == hash_token(sid)
+        held = s.scalar(select(PageSession.flash).where(row))
+        if held is None or s.execute(update(PageSession).where(row, PageSession.flash == held)
+                                     .values(flash=None)).rowcount != 1:
+            return None
+    return json.loads(held)
 
 
 def _cookie_sid() -> Optional[str]:

@@ -231,6 +231,9 @@ class PageSession(Base):
     token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     expires_at: Mapped[dt.datetime] = mapped_column(DateTime, index=True)
+    # what a POST leaves for the page it redirects to (a new token, shown once: auth.hold_for_page), as
+    # JSON; here and not in the cookie, which is signed, not encrypted (migration 0016_page_session_flash)
+    flash: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
 
 
 class AuditRecord(Base):

@@ -15,7 +15,7 @@ from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, signing, to
 from .check import CheckReport, check as _check
 from .errors import CacheClientError, Forbidden, HitRequired, ServiceUnavailable, Unauthorized
 from .fingerprint import environment
-from .publish import admit, keying_warnings, publish as _publish
+from .publish import admit, keying_warnings, own_roots, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore.snapshot import restore as _restore
 from .transport import CONNECT_TIMEOUT, ServiceAPI
@@ -346,14 +346,15 @@ class CacheClient:
             report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)
             log.info("%s", report.summary(), extra=SUMMARY)
             return report
-        if roots is not None:
+        left_out: list = []
+        if roots is not None:  # chosen by the caller: published as given
             root_list = roots_mod.with_exclusions(roots_mod.Root(role, path) for role, path in
                                                   {**roots, **roots_mod.extra_roots(extra_roots)}.items())
-        else:
-            root_list = roots_mod.default_roots(self.cache_dir, roots_mod.extra_roots(extra_roots))
+        else:  # never a neighbour's files: the host's shared default folders stay out (own_roots)
+            root_list, left_out = own_roots(roots_mod.default_roots(self.cache_dir, roots_mod.extra_roots(extra_roots)))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
                           merge=merge)
-        return _published(report, keyenv.disagreement(key["env"], self.env_file if env is None else None))
+        return _published(report, keyenv.disagreement(key["env"], self.env_file if env is None else None), *left_out)
 
     def publish_mega_cache(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                            compile_seconds: Optional[float] = None,

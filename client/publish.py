@@ -27,6 +27,16 @@ from .report import PublishReport
 
 log = logging.getLogger("cachesvc_client")
 
+#: The variables that place each shared role's folder (roots.SHARED_ROLES; the inductor root at torch's
+#: default), and how a container says its own. Set, the process was given a folder of its own; all unset,
+#: the folder is the host's default (``/tmp/torchinductor_<user>``, ``~/.triton/cache``, ``~/.nv``), which
+#: every process of the user on the host writes to, and nothing on disk tells which of its files this
+#: process made or read.
+_TEMP_VARS = ("TMPDIR", "TEMP", "TMP")  # tempfile.gettempdir()'s order
+PLACED_BY: Dict[str, Tuple[str, ...]] = {"inductor": _TEMP_VARS, "pch": _TEMP_VARS, "memo": _TEMP_VARS,
+                                          "triton": ("TRITON_HOME", "TRITON_CACHE_DIR"), "nv": ("CUDA_CACHE_PATH",)}
+_OWN_EXAMPLE = {"triton": "TRITON_HOME=$HOME", "nv": "CUDA_CACHE_PATH=$HOME/.nv/ComputeCache"}
+
 #: tries per blob upload when storage answers 5xx or the connection breaks
 UPLOAD_ATTEMPTS = 3
 #: commits per publish: a commit that finds blobs missing uploads those again first
@@ -258,6 +268,46 @@ def _check_not_empty(files: List[dict], wanted: List[roots_mod.Root], present: L
                                      f"{', '.join(sorted({f['root'] for f in files}))}, are not this compile's "
                                      "alone and never travel without it)" if shared else "")
         + "; publish after the compile, from the process (or cache dir) that ran it", code="empty_manifest")
+
+
+def host_default(root: roots_mod.Root) -> Tuple[str, ...]:
+    """The variables to set when ``root`` is the host's shared default folder for its role (``PLACED_BY``:
+    none of them set, and for ``inductor``, the folder is torch's default dir); () when it is this process's own."""
+    placed_by = PLACED_BY.get(root.role)
+    if not placed_by or any(os.environ.get(v, "").strip() for v in placed_by):
+        return ()
+    # a cache dir elsewhere was chosen (TORCHINDUCTOR_CACHE_DIR, --cache-dir); at torch's default path it is the
+    # shared one however it was named (CacheClient sets TORCHINDUCTOR_CACHE_DIR to it after a restore)
+    if root.role == "inductor" and not roots_mod.inside(root.path, roots_mod.default_cache_dir()):
+        return ()
+    return placed_by
+
+
+def own_roots(roots: List[roots_mod.Root]) -> Tuple[List[roots_mod.Root], List[str]]:
+    """The default roots less the host's shared default folders (``host_default``: e.g. the precompiled
+    headers under ``/tmp/torchinductor_<user>`` with TMPDIR unset), whose files may be any process's of this
+    user: (the roots to publish, a warning for each left-out folder that holds files). InvalidRequest when the
+    cache dir itself is torch's shared default: none of it is known to be this compile's."""
+    kept, notes = [], []
+    for root in roots:
+        settings = host_default(root)
+        if not settings:
+            kept.append(root)
+            continue
+        if root.role == "inductor":
+            raise InvalidRequest(
+                f"the cache dir {root.path} is torch's default under the host's shared temp dir, where every process "
+                "of this user writes: its files may be another process's. Set TORCHINDUCTOR_CACHE_DIR (or "
+                "--cache-dir) to this compile's own folder, or TMPDIR to this process's own temp dir (a container's: "
+                "TMPDIR=/tmp), in the compiling process and here", code="shared_cache_dir")
+        held = sum(1 for _ in roots_mod.walk(root.path, root.exclude))
+        if held:
+            notes.append(f"left out {root.role} ({root.path}, {held} file(s)): the host's default folder, which every "
+                         f"process of this user shares, so not this compile's alone; restoring processes rebuild what "
+                         f"it held. Set {' or '.join(settings)} to this process's own folder (a container's: "
+                         f"{_OWN_EXAMPLE.get(root.role, 'TMPDIR=/tmp')}) in the compiling process and here to "
+                         "publish it")
+    return kept, notes
 
 
 def publish(api: ServiceAPI, key: dict, roots: List[roots_mod.Root], *, compile_seconds: Optional[float] = None,

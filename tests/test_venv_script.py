@@ -1,5 +1,5 @@
 """scripts/_venv.sh picks the torch build: the CPU one on a machine without an NVIDIA GPU (a wheel pip's own
-configuration finds, else PyTorch's CPU index), PyPI's (CUDA) one where nvidia-smi sees a GPU or
+configuration finds, else PyTorch's CPU index, else, that index out of reach, PyPI's CUDA build, saying so), PyPI's (CUDA) one where nvidia-smi sees a GPU or
 CACHESVC_TORCH=cuda asks for it, and TORCH_INDEX_URL's for torch alone when set.
 
 Run with a stand-in for the venv's python that records how it was called (and fails the calls named in its "fail" file,
@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RECORDER = """#!/bin/sh
 # the venv's python, standing in: record the call; answer "not installed" to the check that reads stdin
 echo "$*" >> "$(dirname "$0")/calls"
+printf '%s\n' "${PYTHONWARNINGS:-}" >> "$(dirname "$0")/warnings"
 [ "$1" = "-" ] && exit 1
 grep -qxF -- "$*" "$(dirname "$0")/fail" && exit 1
 exit 0
@@ -24,6 +25,7 @@ exit 0
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 UPGRADE, PROJECT = "-m pip install -q --upgrade pip", "-m pip install -q -e .[server,test]"
 LOCAL_CPU = "-m pip install -q torch==2.13.0+cpu"
+CPU_FROM_INDEX = f"-m pip install -q --retries 1 --timeout 30 --index-url {CPU_INDEX} torch==2.13.0+cpu"
 
 
 def run_venv_script(tmp_path: Path, gpu: bool = False, ok: bool = True, fail=(), **env: str):
@@ -41,7 +43,9 @@ def run_venv_script(tmp_path: Path, gpu: bool = False, ok: bool = True, fail=(),
                          env={"PATH": f"{tools}:{os.environ['PATH']}", "HOME": str(tmp_path), **env},
                          capture_output=True, text=True, timeout=60)
     assert (out.returncode == 0) == ok, out.stderr
-    calls = [line for line in (bin_dir / "calls").read_text().splitlines() if line.startswith("-m pip install")]
+    called = (bin_dir / "calls").read_text().splitlines()
+    calls = [line for line in called if line.startswith("-m pip install")]
+    run_venv_script.warnings = dict(zip(called, (bin_dir / "warnings").read_text().splitlines()))
     return calls, out.stderr
 
 
@@ -52,15 +56,24 @@ def test_without_a_gpu_the_cpu_build_comes_from_pips_configuration_when_it_has_t
 
 def test_without_a_gpu_and_no_local_wheel_the_cpu_build_comes_from_pytorchs_cpu_index(tmp_path):
     calls, said = run_venv_script(tmp_path, fail=[LOCAL_CPU])
-    assert calls == [UPGRADE, LOCAL_CPU, f"-m pip install -q --index-url {CPU_INDEX} torch==2.13.0+cpu", PROJECT]
+    assert calls == [UPGRADE, LOCAL_CPU, CPU_FROM_INDEX, PROJECT]
     assert "no NVIDIA GPU here" in said and "CACHESVC_TORCH=cuda" in said
 
 
-def test_an_unreachable_cpu_index_stops_with_what_to_set(tmp_path):
-    cpu_index = f"-m pip install -q --index-url {CPU_INDEX} torch==2.13.0+cpu"
-    calls, said = run_venv_script(tmp_path, ok=False, fail=[LOCAL_CPU, cpu_index])
-    assert calls == [UPGRADE, LOCAL_CPU, cpu_index], "no CUDA build behind the user's back"
-    assert "TORCH_INDEX_URL" in said and "PIP_FIND_LINKS" in said and "CACHESVC_TORCH=cuda" in said
+def test_an_unreachable_cpu_index_falls_back_to_pypis_cuda_build_saying_so_and_how_to_override(tmp_path):
+    """Issue 27 item 1: a fresh CPU machine with no local wheel and PyTorch's CPU index out of reach (no DNS) still
+    gets a torch the suite passes with: PyPI's CUDA build, in one line that says so and what to set instead."""
+    calls, said = run_venv_script(tmp_path, fail=[LOCAL_CPU, CPU_FROM_INDEX])
+    assert calls == [UPGRADE, LOCAL_CPU, CPU_FROM_INDEX, "-m pip install -q torch==2.13.0", PROJECT]
+    line = next(line for line in said.splitlines() if "unreachable" in line)
+    assert "PyPI" in line and "CUDA build" in line, line
+    assert "TORCH_INDEX_URL" in line and "PIP_FIND_LINKS" in line and "CACHESVC_TORCH=cpu" in line, line
+
+
+def test_cachesvc_torch_cpu_stops_with_what_to_set_when_the_cpu_build_cannot_be_had(tmp_path):
+    calls, said = run_venv_script(tmp_path, ok=False, fail=[LOCAL_CPU, CPU_FROM_INDEX], CACHESVC_TORCH="cpu")
+    assert calls == [UPGRADE, LOCAL_CPU, CPU_FROM_INDEX], "asked for the CPU build: never the CUDA one"
+    assert "TORCH_INDEX_URL" in said and "PIP_FIND_LINKS" in said
 
 
 @pytest.mark.parametrize("gpu,env", [(True, {}), (False, {"CACHESVC_TORCH": "cuda"})])
@@ -88,3 +101,19 @@ def test_torch_index_url_is_used_for_torch_only(tmp_path):
 def test_an_empty_torch_index_url_is_unset(tmp_path, value):
     calls, _ = run_venv_script(tmp_path, **({} if value is None else {"TORCH_INDEX_URL": value}))
     assert calls == [UPGRADE, LOCAL_CPU, PROJECT]
+
+
+def test_the_project_install_hides_setuptools_editable_note_and_no_other_warning(tmp_path):
+    """Issue 27: recent pip shows setuptools' 10-line "Editable installation" note (InformationOnly) on every
+    install; the script filters that message alone, keeping the user's own filters."""
+    import sys
+
+    run_venv_script(tmp_path, PYTHONWARNINGS="default::DeprecationWarning")
+    given = run_venv_script.warnings[PROJECT]
+    assert given.startswith("default::DeprecationWarning,"), given
+    code = ("import warnings\nwarnings.warn('Editable installation.\\n!!\\n  Please be careful with folders', UserWarning)\n"
+            "warnings.warn('a real problem', UserWarning)\n")
+    shown = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONWARNINGS": given},
+                           capture_output=True, text=True, check=True).stderr
+    assert "Editable installation" not in shown and "a real problem" in shown, shown
+

@@ -7,16 +7,19 @@ and counted exactly as one from the CLI. Forms POST with the session's CSRF toke
 
 Every POST answers with a redirect to a GET (post-redirect-get), so a browser's refresh or back
 button never sends the form again: what the POST did (a purge's outcome, a new token, shown once)
-travels in the session to the page the redirect opens, which takes it out.
+travels to the page the redirect opens, which takes it out: a purge's outcome in the session cookie, a new
+token in the sign-in's server-side row (``auth.hold_for_page``), never in the cookie (signed, not encrypted).
 """
 from __future__ import annotations
 
-from flask import Blueprint, make_response, redirect, render_template, request, session, url_for
+from typing import Optional
+
+from flask import Blueprint, Response, make_response, redirect, render_template, request, session, url_for
 from marshmallow import ValidationError
 
 from .. import lifecycle
 from ..api import services
-from ..auth import requires
+from ..auth import hold_for_page, requires, take_from_page
 from ..errors import InvalidRequest, NotFound
 from ..models import MAX_ID
 from ..schemas import AuditArgs, TokenCreateSchema
@@ -97,9 +100,13 @@ def audit_page():
 @bp.route("/tokens", methods=["GET"])
 @requires("admin")
 def tokens_page():
-    """The tokens; right after a create, the new token itself, this once (taken out of the session)."""
+    """The tokens; right after a create, the new token itself, this once (taken out of the sign-in's row)."""
+    return _tokens_page(take_from_page(services()))
+
+
+def _tokens_page(created: Optional[dict]) -> Response:
     resp = make_response(render_template("tokens.html", tokens=lifecycle.list_tokens(services())["tokens"],
-                                         created=session.pop("created_token", None)))
+                                         created=created))
     resp.headers["Cache-Control"] = "no-store"  # the one page that may hold a token: never cached
     return resp
 
@@ -115,7 +122,9 @@ def create_token():
         problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in exc.messages.items())
         raise InvalidRequest(f"invalid token: {problems}") from None
     created = lifecycle.create_token(services(), body["name"], body["scope"], actor=lifecycle.request_actor())
-    session["created_token"] = {k: created[k] for k in ("name", "scope", "token")}
+    shown = {k: created[k] for k in ("name", "scope", "token")}
+    if not hold_for_page(services(), shown):  # a bearer header, no sign-in: no row to keep it in, no browser
+        return _tokens_page(shown)
     return redirect(url_for("web_admin.tokens_page"), code=303)
 
 

@@ -211,6 +211,54 @@ def test_publishing_an_empty_cache_dir_is_refused_whatever_neighbours_left_in_th
         "Authorization": f"Bearer {live_server.app.config['TOKENS']['read']}"}).json["total"] == 0
 
 
+NEIGHBOUR = "import os, sys\nfrom cachesvc_client import roots\nfor role in ('pch', 'memo', 'triton'):\n" \
+            "    os.makedirs(roots.resolve_root(role), exist_ok=True)\n" \
+            "    with open(os.path.join(roots.resolve_root(role), 'neighbour-' + role + '.h.gch'), 'wb') as f:\n" \
+            "        f.write(os.urandom(40_000))\nprint(roots.default_cache_dir())\n"
+COMPILE = ("import torch\nm = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))\n"
+           "with torch.no_grad():\n    torch.compile(m)(torch.randn(2, 16))\n")
+
+
+@pytest.mark.slow
+@one_backend
+def test_a_publish_carries_none_of_what_a_neighbour_left_in_the_hosts_shared_default_dirs(live_server, tmp_path):
+    """Issue 27 item 3: with TMPDIR unset, the precompiled headers and memo folder are torch's default under the
+    host's /tmp (torchinductor_<user>), and Triton's cache is the shared HOME's: a neighbour process writes there
+    too. A publish of a real compile's cache dir carries its own files and none of the neighbour's, and says what
+    it left out and what to set; with the default cache dir itself it is refused."""
+    user = f"cachesvc-t27-{os.getpid()}-{os.urandom(3).hex()}"  # this test's own torchinductor_<user> under /tmp
+    env = {k: v for k, v in container(tmp_path).items() if k not in ("TMPDIR", "TEMP", "TMP")}
+    env.update(ENV_VARS, USER=user, LOGNAME=user, CACHESVC_URL=live_server.url,
+               CACHESVC_TOKEN=live_server.app.config["TOKENS"]["write"])
+    neighbour = subprocess.run([sys.executable, "-c", NEIGHBOUR], env={**env, "TORCHINDUCTOR_CACHE_DIR": str(
+        tmp_path / "neighbour-cache")}, capture_output=True, text=True, check=True)
+    default = neighbour.stdout.strip()
+    assert default.endswith(f"/torchinductor_{user}") and not default.startswith(str(tmp_path)), default
+    try:
+        compiled = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=300)
+        assert compiled.returncode == 0, compiled.stderr
+        out = cli(env, "publish", "--name", NAME, "--shape", SHAPE, "--json")
+        assert out.returncode == 0, out.stderr
+        assert "left out pch" in out.stderr and "TMPDIR" in out.stderr, out.stderr
+        read = {"Authorization": f"Bearer {live_server.app.config['TOKENS']['read']}"}
+        api = live_server.app.test_client()
+        entry = api.get("/api/v1/entries", headers=read).json["entries"][0]
+        files = api.get(f"/api/v1/entries/{entry['id']}", headers=read).json["versions"][0]["files"]
+        assert any(f["path"].startswith("fxgraph/") for f in files), files
+        assert {f["root"] for f in files} == {"inductor"}, files
+        assert not [f for f in files if "neighbour" in f["path"]]
+        assert all((tmp_path / "ctr" / "cache" / f["path"]).is_file() for f in files)
+        for cache_dir in (None, default):  # unset, or named: torch's default path is the shared one either way
+            shared = cli({**{k: v for k, v in env.items() if k != "TORCHINDUCTOR_CACHE_DIR"},
+                          **({"TORCHINDUCTOR_CACHE_DIR": cache_dir} if cache_dir else {})},
+                         "publish", "--name", "other", "--shape", SHAPE)
+            assert shared.returncode == 1 and "torch's default under the host's shared temp dir" in one_line(
+                shared.stderr), shared.stderr
+    finally:  # the host's /tmp: the compile's ~150 MB precompiled header and the neighbour's files
+        import shutil
+        shutil.rmtree(default, ignore_errors=True)
+
+
 #: some other web server at the configured URL: an HTML 404 of several lines for everything
 NOT_CACHESVC = b"<html>\n<head><title>404 Not Found</title></head>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n"
 

@@ -32,7 +32,10 @@ def enter_container(monkeypatch, root: Path) -> Path:
     monkeypatch.setenv("TMPDIR", str(root / "tmp"))
     monkeypatch.setattr(tempfile, "tempdir", str(root / "tmp"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root / "cache"))
-    for var in ("TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH"):
+    # Triton's own dir in the container's HOME, set as a container's own (unset, ~/.triton is the host's
+    # shared default, which a publish leaves out: publish.host_default)
+    monkeypatch.setenv("TRITON_HOME", str(root / "home"))
+    for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH"):
         monkeypatch.delenv(var, raising=False)
     return root
 
@@ -280,7 +283,7 @@ def test_service_that_accepts_and_never_answers_gives_a_miss_within_the_timeout(
 @pytestmark_storage
 def test_cli_publish_and_restore(published, tmp_path):
     server, a, files = published
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))}
     b = tmp_path / "cli"
     env.update(HOME=str(b / "home"), TMPDIR=str(b / "tmp"), CACHESVC_URL=server.url,
                CACHESVC_TOKEN=server.app.config["TOKENS"]["write"],  # publishing needs write

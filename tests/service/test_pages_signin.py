@@ -206,6 +206,28 @@ def test_admin_creates_a_token_seen_once_and_revokes_it(people, tokens, app):
 
 
 @SQLITE
+def test_a_new_token_waits_on_the_server_never_in_the_cookie_and_shows_once(people, tokens, app):
+    """Issue 27 item 10: the session cookie is signed, not encrypted; the token created on the page travels to
+    the page the redirect opens in the sign-in's row, which that page empties, and in no cookie."""
+    import json
+
+    sign_in(people, tokens["admin"])
+    page = people.get("/admin/tokens", headers=HTML).get_data(as_text=True)
+    posted = people.post("/admin/tokens", data={"name": "fleet", "scope": "read", "csrf_token": csrf_of(page)},
+                         headers=HTML)
+    assert posted.status_code == 303
+    shown = people.get("/admin/tokens", headers=HTML)
+    secret = re.search(r'id="secret">(cs_[^<]+)<', shown.get_data(as_text=True)).group(1)
+    for resp in (posted, shown):
+        for cookie in resp.headers.getlist("Set-Cookie"):
+            assert secret not in cookie and secret not in json.dumps(session_of(app, resp)), cookie
+    with app.extensions["cachesvc"].db.session() as s:
+        assert s.scalars(select(PageSession.flash)).all() == [None], "kept in the sign-in's row, emptied as shown"
+    again = people.get("/admin/tokens", headers=HTML).get_data(as_text=True)
+    assert "fleet" in again and secret not in again, "a refresh does not show it twice"
+
+
+@SQLITE
 def test_replicas_with_one_secret_key_honour_each_others_sign_ins_and_others_do_not(app, tokens, tmp_path,
                                                                                      database_url, storage_settings):
     import cachesvc

@@ -13,7 +13,8 @@ from ..models import Blob
 from ..schemas import BlobPutArgs, ErrorSchema
 from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
 from ..auth import requires
-from .answers import BlobStoredSchema
+from ..storage import healing
+from .answers import BlobDamageSchema, BlobStoredSchema
 from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
 
 OCTET_STREAM = "application/octet-stream"
@@ -82,6 +83,17 @@ def get(sha256):
     resp.headers.update(headers)
     metrics.current().bytes_out.labels("service").inc(stored)
     return resp
+
+
+@blp.route("/<sha256>/damaged", methods=["POST"])
+@requires("read")
+@blp.response(200, BlobDamageSchema)
+def damaged(sha256):
+    """Report that a blob's bytes failed their sha256 in a restore. The service reads its stored bytes back
+    and checks them itself: when they do not decode to the blob it forgets it (`forgotten`: the next publish
+    naming it uploads it again, checked), else nothing changes (`intact`). No body."""
+    svc = services()
+    return healing.reported_damaged(svc.db, svc.storage, digest_arg(sha256))
 
 
 def send_object(body: BinaryIO, length: int, conditional: bool = False) -> Response:

@@ -12,6 +12,7 @@ from ..errors import NotFound, Unavailable
 from ..models import Blob
 from ..schemas import BlobPutArgs, ErrorSchema
 from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
+from .. import auth
 from ..auth import requires
 from ..storage import healing
 from .answers import BlobDamageSchema, BlobStoredSchema
@@ -36,12 +37,13 @@ def put(args, sha256):
     """Upload a blob that a pending version was told to upload (`version`, as in its upload target); the
     body must decode to exactly the manifest's size and hash to `sha256`.
 
-    400 when it does not (a body that decodes past the size is refused there), 409 `conflict` for a blob
+    403 when another token created the version (only its creator uploads into it), 400 when the body
+    is not the blob (a body that decodes past the size is refused there), 409 `conflict` for a blob
     stored before the version was created: a stored blob's bytes never change.
     """
     svc = services()
     answer, wrote = blobs.put(svc.db, svc.storage, digest_arg(sha256), args["encoding"], args.get("version"),
-                              request.stream)
+                              request.stream, token_id=auth.current().token_id)
     return stored_answer(answer, wrote)
 
 

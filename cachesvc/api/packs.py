@@ -6,6 +6,7 @@ from sqlalchemy import select
 
 from ..storage import packs
 from .. import metrics
+from .. import auth
 from ..auth import requires
 from ..errors import NotFound, Unavailable
 from ..models import Pack
@@ -29,9 +30,11 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
                                                         "its target: stored packs are never overwritten")
 @blp.doc(requestBody=BINARY_BODY)
 def put(args, sha256):
-    """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
+    """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members.
+    403 when another token created the version: only its creator uploads into it."""
     svc = services()
-    return stored_answer(*packs.put(svc.db, svc.storage, digest_arg(sha256), args["version"], request.stream))
+    return stored_answer(*packs.put(svc.db, svc.storage, digest_arg(sha256), args["version"], request.stream,
+                                    token_id=auth.current().token_id))
 
 
 @blp.route("/<sha256>", methods=["GET"])

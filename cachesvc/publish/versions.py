@@ -33,7 +33,7 @@ from . import admission, merging
 from ..storage import blobs, packs as packs_mod
 from .. import lifecycle
 from .. import index
-from ..errors import BlobsMissing, Conflict, Forbidden, InvalidRequest, NotFound, PayloadTooLarge
+from ..errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from ..models import MAX_ID, Blob, Event, PendingPack, Version, VersionFile, utcnow
 from ..storage import ENCODINGS, Storage, blob_key, incoming_key
 
@@ -256,10 +256,8 @@ def check_creator(session: Session, version_id: int, token_id: Optional[int]) ->
     """Forbidden unless ``token_id`` created pending version ``version_id`` (or no token did): another write
     token must not fetch its upload targets (and overwrite an upload in flight) or commit it."""
     version = session.get(Version, version_id) if 0 <= version_id <= MAX_ID else None  # beyond: commit's 404
-    if version is not None and version.state == "pending" and version.token_id is not None \
-            and version.token_id != token_id:
-        raise Forbidden(f"version {version_id} was created by another token: only that token uploads to it "
-                        "and commits it; publish with your own")
+    if version is not None:
+        blobs.check_creator(version, token_id)  # the one rule, for the blob and pack PUTs too
 
 
 def _sweep_incoming(storage: Storage, version_id: int) -> None:

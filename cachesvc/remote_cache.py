@@ -48,7 +48,8 @@ from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from .storage import blobs, decoding, packs
+from .content import blobs, packs
+from .storage import decoding
 from . import lifecycle
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow

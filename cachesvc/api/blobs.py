@@ -6,7 +6,7 @@ from typing import BinaryIO, Iterator
 
 from flask import Response, request, send_file
 
-from ..storage import blobs, packs
+from ..content import blobs, packs
 from .. import metrics
 from ..errors import NotFound, Unavailable
 from ..models import Blob
@@ -14,7 +14,7 @@ from ..schemas import BlobPutArgs, ErrorSchema
 from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
 from .. import auth
 from ..auth import requires
-from ..storage import healing
+from ..content import healing
 from .answers import BlobDamageSchema, BlobStoredSchema
 from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Response, request
 from sqlalchemy import select
 
-from ..storage import packs
+from ..content import packs
 from .. import metrics
 from .. import auth
 from ..auth import requires

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import auth, index, lifecycle, metrics, publish
-from ..storage import packs
+from ..content import packs
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema

@@ -10,7 +10,7 @@
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it. Large
    zstd blobs uploaded straight to storage are read back and decoded first
-   (``cachesvc.storage.blobs.check_stored``): one that does not decode to its sha256
+   (``cachesvc.content.blobs.check_stored``): one that does not decode to its sha256
    counts as missing, one that does gets its ``stored_sha256`` recorded.
 
 Content equal to the key's newest committed version of the same kind creates no
@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from cachesvc_client import keys
 
 from . import admission, merging
-from ..storage import blobs, packs as packs_mod
+from ..content import blobs, packs as packs_mod
 from .. import lifecycle
 from .. import index
 from ..errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
@@ -100,7 +100,7 @@ def create_version(session: Session, storage: Storage, settings: dict, body: dic
         sizes = _check_manifest(files, body["roots"], settings["MAX_FILES"])
     digest = keys.manifest_digest(files)
     present = index.present_sizes(session, sizes)
-    # a blob the index forgot (its stored bytes were found bad: cachesvc.storage.healing) makes even the same
+    # a blob the index forgot (its stored bytes were found bad: cachesvc.content.healing) makes even the same
     # content a pending version, told to upload it; its commit then stores it and answers "unchanged"
     whole = len(present) == len(sizes)
     if whole and index.same_content(newest, digest, signed):
@@ -211,7 +211,7 @@ def _place_uploads(session: Session, storage: Storage, found: List[dict]) -> Lis
 def _take_uploads(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
                   packs: Optional[List[dict]]) -> int:
     """Check that every blob of pending version ``version_id`` is stored, loose or in one of ``packs``
-    (verified first: ``cachesvc.storage.packs.verify``), recording the blobs its uploads stored; returns
+    (verified first: ``cachesvc.content.packs.verify``), recording the blobs its uploads stored; returns
     the bytes those uploads put straight into storage. Raises BlobsMissing, InvalidRequest."""
     sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
                                  .where(VersionFile.version_id == version_id).distinct()).all())

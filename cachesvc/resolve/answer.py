@@ -5,7 +5,7 @@ alike (``cachesvc_client.answers`` checks what they send).
 """
 from __future__ import annotations
 
-from ..storage import packs
+from ..content import packs
 from ..storage import Storage, blob_key
 
 
@@ -25,7 +25,7 @@ def blob_entries(storage: Storage, rows, expires: int) -> dict:
         if f.pack_digest is None:
             out[f.digest] = {"url": blob_url(storage, f.digest, f.encoding, expires), "encoding": f.encoding,
                              "size": f.blob_size, "stored_size": f.stored_size}
-            if f.stored_sha256:  # the service checked the stored bytes itself (cachesvc.storage.blobs): a client
+            if f.stored_sha256:  # the service checked the stored bytes itself (cachesvc.content.blobs): a client
                 out[f.digest]["stored_sha256"] = f.stored_sha256  # may hash those instead of the decoded ones
             continue
         if f.pack_digest not in pack_urls:

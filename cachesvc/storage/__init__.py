@@ -18,7 +18,7 @@ Object layout (the same on both backends)::
                                                      it and moves it to <key> (``incoming_key``)
 
 A pack is named by the sha256 of its own bytes; where each member lies in it
-(offset, stored size, encoding) is in the index (``cachesvc.storage.packs``).
+(offset, stored size, encoding) is in the index (``cachesvc.content.packs``).
 
 The sha256 is always that of the *uncompressed* content, so a blob keeps its
 name whatever encoding the publisher chose. ``v1`` leaves room to change the

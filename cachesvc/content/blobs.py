@@ -32,10 +32,10 @@ from sqlalchemy.orm import Session
 
 from .. import index
 from ..db import Database
-from .decoding import BadBlob, Decode  # BadBlob is raised through this module's API too
+from ..storage.decoding import BadBlob, Decode  # BadBlob is raised through this module's API too
 from ..errors import Conflict, Forbidden, InvalidRequest
 from ..models import Blob, Version, VersionFile, utcnow
-from . import BlobNotFound, Storage, blob_key
+from ..storage import BlobNotFound, Storage, blob_key
 
 #: a blob this large (decoded) is "large" to the tests of decoding at commit; every object uploaded
 #: straight to storage is read back and checked at commit whatever its size (publish.versions._stat_blob)

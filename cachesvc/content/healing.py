@@ -22,9 +22,9 @@ from typing import Optional
 
 from ..db import Database
 from ..models import Blob
-from . import BlobNotFound, ShortObject, Storage, blob_key
+from ..storage import BlobNotFound, ShortObject, Storage, blob_key
 from . import blobs, packs
-from .decoding import BadBlob, decode_all
+from ..storage.decoding import BadBlob, decode_all
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from sqlalchemy.orm import Session
 from . import blobs
 from .. import index
 from ..db import Database
-from .decoding import BadBlob, decode_all
+from ..storage.decoding import BadBlob, decode_all
 from ..errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from ..models import Blob, Pack, PendingPack, Version, utcnow
-from . import BlobNotFound, Storage, blob_key, incoming_key, pack_key
+from ..storage import BlobNotFound, Storage, blob_key, incoming_key, pack_key
 
 #: blobs smaller than this (decoded) are packed by the client
 MAX_MEMBER = 256 << 10

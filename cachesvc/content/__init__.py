@@ -1,0 +1,1 @@
+"""Content: blobs and packs over the byte store (filled in by the next commit)."""

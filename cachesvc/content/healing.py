@@ -13,17 +13,23 @@ there; from then on the index does not know it, so:
 * the next publish that names it is told to upload it (the create answer's ``upload``), and its bytes
   are checked before they are stored (``blobs.receive`` through the service, ``check_stored`` at commit
   for a presigned upload), as for any new blob; a restore after that gets the good bytes.
+
+A remote-cache value is healed by its next PUT (``store_value``): the service has the value itself.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 from typing import Optional
+
+import zstandard
+from sqlalchemy.orm import Session
 
 from ..db import Database
 from ..models import Blob
 from ..storage import BlobNotFound, ShortObject, Storage, blob_key
-from . import blobs, packs
+from . import blobs, packs, reading
 from ..storage.decoding import BadBlob, decode_all
 
 log = logging.getLogger(__name__)
@@ -73,3 +79,20 @@ def reported_damaged(db: Database, storage: Storage, digest: str) -> dict:
     log.warning("blob %s was reported damaged and is %s; forgotten, the next publish naming it uploads it again",
                 digest, why)
     return {"sha256": digest, "status": "forgotten", "reason": why}
+
+
+def store_value(session: Session, storage: Storage, value: bytes, blob: Optional[Blob]) -> None:
+    """Store ``value`` as its blob (zstd) unless ``blob``, its row (None: not stored), already holds it: a
+    stored object lost or no longer decoding to the value is written again from ``value`` (``blobs.repair``,
+    the same encoding), so the next PUT of a remote-cache value heals it. Raises StorageError."""
+    if blob is not None and reading.read_value(storage, blob, len(value))[0] is not None:
+        return
+    digest = hashlib.sha256(value).hexdigest()
+    encoding = blob.encoding if blob is not None else "zstd"
+    body = zstandard.ZstdCompressor(level=3).compress(value) if encoding == "zstd" else value
+    tmp, row = blobs.receive(storage, digest, encoding, io.BytesIO(body), len(value))
+    if blob is None:
+        blobs.store(session, storage, tmp, row)
+    else:
+        log.warning("remote cache: blob %s was lost or replaced in storage; stored again", digest)
+        blobs.repair(session, storage, tmp, row)

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from cachesvc.models import Blob
-from cachesvc.storage import blob_key
+from cachesvc.storage import blob_key, pack_key
 from tests.client.test_publish_restore import client_for, enter_container, write
 from tests.helpers import ENV, sha
 
@@ -86,3 +86,35 @@ def test_a_damaged_blob_found_by_a_restore_is_uploaded_again_by_the_next_publish
     good = client_for(server.url).restore(NAME, SHAPE, env=ENV)
     assert good.hit and not good.failed, good
     assert (c / BIG).read_bytes() == big
+
+
+def test_a_damaged_pack_member_is_forgotten_alone_and_the_next_publish_stores_it_again(live_server, tmp_path,
+                                                                                        monkeypatch):
+    server = live_server
+    a = enter_container(monkeypatch, tmp_path / "a")
+    victim, other = b"int victim(){}" * 40, b"int other(){}" * 40  # small: they travel in one pack
+    write(a / "cache/sj/victim.cpp", victim)
+    write(a / "cache/sj/other.cpp", other)
+    assert client_for(server.url).publish(NAME, SHAPE, env=ENV).status == "committed"
+    blob = row(server, sha(victim))
+    assert blob.pack_digest is not None and row(server, sha(other)).pack_digest == blob.pack_digest
+    storage = server.app.extensions["cachesvc"].storage
+    key = pack_key(blob.pack_digest)
+    with storage.open(key) as body:
+        pack = bytearray(body.read())
+    pack[blob.pack_offset:blob.pack_offset + blob.stored_size] = b"T" * blob.stored_size  # the member overwritten
+    (tmp_path / "pack").write_bytes(bytes(pack))
+    storage.put_file(key, str(tmp_path / "pack"))
+
+    b = enter_container(monkeypatch, tmp_path / "b")
+    found = client_for(server.url).restore(NAME, SHAPE, env=ENV)
+    assert len(found.failed) == 1 and "victim.cpp" in found.failed[0]
+    assert (b / "cache/sj/other.cpp").read_bytes() == other
+    assert row(server, sha(victim)) is None and row(server, sha(other)) is not None  # only the bad member
+
+    enter_container(monkeypatch, tmp_path / "a")
+    assert client_for(server.url).publish(NAME, SHAPE, env=ENV).uploaded_blobs == 1
+    c = enter_container(monkeypatch, tmp_path / "c")
+    good = client_for(server.url).restore(NAME, SHAPE, env=ENV)
+    assert good.hit and not good.failed, good
+    assert (c / "cache/sj/victim.cpp").read_bytes() == victim and (c / "cache/sj/other.cpp").read_bytes() == other

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
@@ -91,11 +92,14 @@ class Fetcher:
 
     def report_damage(self) -> None:
         """Tell the service which blobs arrived with bytes that fail their sha256, so it checks its stored
-        copies and forgets the bad ones (the next publish then uploads them again). Best effort: a service
-        that is down, or older than the report, changes nothing here."""
+        copies and forgets the bad ones (the next publish then uploads them again). Best effort, within the
+        restore's deadline: a service that is down, or older than the report, changes nothing here."""
         for digest in sorted(self.damaged)[:MAX_DAMAGE_REPORTS]:
+            if self.deadline.expired():  # within the restore's budget, or not at all
+                return
             try:
-                answer = self.api.report_damaged(digest)
+                at = time.monotonic() + self.api.timeout  # one call's time, never past the restore's
+                answer = self.api.report_damaged(digest, deadline=min(at, self.deadline.at or at))
                 log.info("blob %s reported damaged: the service found it %s", digest[:12], answer.get("status"))
             except (CacheClientError, OSError) as exc:
                 log.debug("blob %s: the damage report failed: %s", digest[:12], _message(exc))

@@ -11,8 +11,22 @@ from flask_smorest import Api
 from . import __version__, auth, config, errors
 from .db import Database
 from .resolve import HitLog
-from .storage import Storage, from_url
+from .storage import Storage, StorageError, from_url
+from .storage.decoding import BadBlob
 from .ttlcache import TTLCache
+
+log = logging.getLogger(__name__)
+
+
+def _unavailable(exc: Exception) -> errors.CacheError:
+    # Views that stat or read blobs (commit, GC, purge) let the backend's failure rise to here.
+    log.warning("blob storage unavailable: %s", exc)
+    return errors.Unavailable(f"blob storage is unavailable ({exc}); retry shortly")
+
+
+#: storage's own errors as the API's (errors.py imports nothing above it, so they are named here): bytes that
+#: are not what the manifest says are the uploader's mistake, nothing stored (400); a failing backend a 503
+STORAGE_ERRORS = {BadBlob: lambda exc: errors.InvalidRequest(str(exc), exc.details), StorageError: _unavailable}
 
 
 @dataclass
@@ -108,7 +122,7 @@ def create_app(overrides: Optional[Mapping[str, Any]] = None) -> Flask:
 
     sched = app.extensions["cachesvc_scheduler"] = Scheduler(app.extensions["cachesvc"])
     app.before_request(sched.ensure_started)  # in the serving process, never before a fork
-    errors.register(app)  # after Api(): our JSON error shape replaces flask-smorest's
+    errors.register(app, STORAGE_ERRORS)  # after Api(): our JSON error shape replaces flask-smorest's
     if not app.debug and not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return app

@@ -1,22 +1,21 @@
 """One error family, one table to HTTP, one handler.
 
 Views and services raise ``CacheError`` subclasses; ``register`` turns them
-(and Flask's own HTTP errors, and request-validation failures) into
+(and Flask's own HTTP errors, request-validation failures, and the lower layers' own errors it is
+given, such as storage's) into
 ``{"error": {"code": ..., "message": ..., "details": ...}}``. The client maps
 the same codes back to its exceptions in ``cachesvc_client.errors``.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Optional
 
 from cachesvc_client.rules import ERROR_CODES
 from flask import Flask, jsonify, request
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
-
-from .storage import StorageError
-from .storage.decoding import BadBlob
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +115,12 @@ def json_error(exc: Exception):
     return jsonify(_body(code, message, details)), status
 
 
-def register(app: Flask) -> None:
+def register(app: Flask, translate: Mapping[type, Callable[[Exception], CacheError]] = MappingProxyType({})) -> None:
+    """The handlers of CacheError, Flask's HTTP errors and the database's failures; ``translate``: a
+    lower layer's own exception types (storage's: ``cachesvc.app``), each answered as the CacheError
+    its function makes of it. This module imports nothing of the layers above the database."""
+    for exc_type, make in translate.items():
+        app.register_error_handler(exc_type, lambda exc, make=make: json_error(make(exc)))
     app.register_error_handler(CacheError, json_error)
     app.register_error_handler(HTTPException, json_error)
 
@@ -133,17 +137,6 @@ def register(app: Flask) -> None:
         if not exc.connection_invalidated:
             raise exc
         return _db_error(exc)
-
-    @app.errorhandler(BadBlob)
-    def _bad_blob(exc: BadBlob):
-        # Bytes that are not what the manifest says (cachesvc.storage): the uploader's mistake, nothing stored.
-        return jsonify(_body("invalid_request", str(exc), exc.details)), 400
-
-    @app.errorhandler(StorageError)
-    def _storage_error(exc: StorageError):
-        # Views that stat or read blobs (commit, GC, purge) let the backend's failure rise to here.
-        log.warning("blob storage unavailable: %s", exc)
-        return jsonify(_body("unavailable", f"blob storage is unavailable ({exc}); retry shortly")), 503
 
     @app.errorhandler(RecursionError)
     def _too_deep(exc: RecursionError):

@@ -135,7 +135,7 @@ class Blob(Base):
     """A stored object: present in storage and verified (local) or stat'ed (S3).
 
     A small blob may live in a pack instead of an object of its own: then ``pack_digest`` names
-    the pack and its stored bytes are ``stored_size`` bytes at ``pack_offset`` (``cachesvc.storage.packs``).
+    the pack and its stored bytes are ``stored_size`` bytes at ``pack_offset`` (``cachesvc.content.packs``).
     """
 
     __tablename__ = "blobs"
@@ -147,7 +147,7 @@ class Blob(Base):
     encoding: Mapped[str] = mapped_column(String(16))      # identity | zstd
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     # sha256 of the stored bytes, set only once the service itself has decoded exactly those bytes to
-    # ``digest`` (cachesvc.storage.blobs); NULL: unchecked by the service, the client hashes the decoded bytes
+    # ``digest`` (cachesvc.content.blobs); NULL: unchecked by the service, the client hashes the decoded bytes
     stored_sha256: Mapped[Optional[str]] = mapped_column(String(64))
     pack_digest: Mapped[Optional[str]] = mapped_column(String(64))  # None: an object of its own
     pack_offset: Mapped[Optional[int]] = mapped_column(BigInteger)

@@ -28,7 +28,7 @@ the value's size recorded at PUT (``cachesvc.storage.decoding``), and must hash 
 the value's sha256 recorded at PUT; anything else is a miss, logged and
 counted (``corrupt``). The 200 carries that sha256 in ``X-Cachesvc-Sha256``
 for the client's own check. A PUT of a value whose stored object is lost or
-replaced writes it again (``blobs.repair``), so the fleet's next compile heals it.
+replaced writes it again (``content.store_value``), so the fleet's next compile heals it.
 
 A PUT takes the store lock (shared) like a publish, so GC runs wholly before
 or after it and never deletes a blob between its upload and its item row.
@@ -37,22 +37,20 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import io
 import logging
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional
 
-import zstandard
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from cachesvc_client import keys
 
-from .storage import blobs, decoding, packs
+from . import content
 from . import lifecycle
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
-from .storage import BlobNotFound, ShortObject, Storage
+from .storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +96,6 @@ class Lookup(NamedTuple):
     sha256: Optional[str] = None  # of ``value``, checked
 
 
-def _read_value(storage: Storage, blob: Blob, size: int) -> Tuple[Optional[bytes], str]:
-    """(the value, "") when ``blob``'s stored bytes decode (bounded by ``size``) to ``size`` bytes hashing to
-    ``blob.digest``; else (None, why). Raises StorageError when storage fails."""
-    try:
-        value = decoding.decode_all(packs.read_stored(storage, blob), blob.encoding, size)
-    except BlobNotFound:
-        return None, "lost"
-    except (decoding.BadBlob, ShortObject) as exc:
-        return None, f"corrupt: {exc}"
-    if len(value) != size or hashlib.sha256(value).hexdigest() != blob.digest:
-        return None, f"corrupt: the stored bytes decode to {len(value)} bytes of other content"
-    return value, ""
-
-
 def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key: str,
         now: Optional[dt.datetime] = None) -> Lookup:
     """The value stored under the name, checked against the sha256 and size recorded when it was PUT: a lost
@@ -123,7 +107,7 @@ def get(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
     if blob is None:  # cannot happen while GC keeps item blobs; a miss all the same
         log.warning("remote cache item %s/%s names blob %s, which is not stored", cache, key, item.digest)
         return Lookup(None, "miss")
-    value, why = _read_value(storage, blob, item.size)
+    value, why = content.read_value(storage, blob, item.size)
     if value is None:  # a miss: Inductor compiles, and its PUT stores the value again (``put``)
         log.warning("remote cache item %s/%s (id %s): blob %s is %s; answered as a miss", cache, key, item.id,
                     blob.digest, "indexed but missing from storage" if why == "lost" else why)
@@ -137,20 +121,11 @@ def put(session: Session, storage: Storage, cache: str, env: Dict[str, str], key
         now: Optional[dt.datetime] = None) -> dict:
     """Store ``value`` under the name (replacing an older value); return the item's summary. A blob already
     stored for the value is checked first: one whose object is lost or no longer holds the value is written
-    again from ``value`` (``blobs.repair``)."""
+    again from ``value`` (``content.store_value``)."""
     now = now or utcnow()
     digest = hashlib.sha256(value).hexdigest()
     lifecycle.store_lock(session)  # GC runs wholly before this (the blob row is gone: store it again) or after
-    blob = session.get(Blob, digest)
-    if blob is None or _read_value(storage, blob, len(value))[0] is None:  # new, or its object lost or replaced
-        encoding = blob.encoding if blob is not None else "zstd"
-        body = zstandard.ZstdCompressor(level=3).compress(value) if encoding == "zstd" else value
-        tmp, row = blobs.receive(storage, digest, encoding, io.BytesIO(body), len(value))
-        if blob is None:
-            blobs.store(session, storage, tmp, row)
-        else:
-            log.warning("remote cache: blob %s was lost or replaced in storage; stored again", digest)
-            blobs.repair(session, storage, tmp, row)
+    content.store_value(session, storage, value, session.get(Blob, digest))  # new, or lost or replaced: stored
     values = {"cache": cache, "env_digest": keys.env_digest(env), "key": key, "env": env, "digest": digest,
               "size": len(value), "created_at": now, "last_used_at": now, "hit_count": 0}
     mod = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite

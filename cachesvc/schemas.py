@@ -135,7 +135,7 @@ class PackIndexSchema(Schema):
 class CommitSchema(Schema):
     uploaded = fields.List(fields.Nested(UploadedSchema), load_default=list)
     packs = fields.List(fields.Nested(PackIndexSchema), load_default=list, metadata={
-        "description": "packs uploaded for this version, each with where its members lie (cachesvc.storage.packs)"})
+        "description": "packs uploaded for this version, each with where its members lie (cachesvc.content.packs)"})
 
 
 class PackTargetSchema(Schema):

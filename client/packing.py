@@ -1,4 +1,4 @@
-"""Packs of small blobs: built at publish, read back at restore (the service side is ``cachesvc.storage.packs``).
+"""Packs of small blobs: built at publish, read back at restore (the service side is ``cachesvc.content.packs``).
 
 A pack is the members' stored bytes (each zstd or identity, by the same rule
 as a loose blob) back to back, named by its own sha256. Publish packs the

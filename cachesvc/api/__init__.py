@@ -5,7 +5,8 @@ body it cannot read with a 400 rather than a 500.
 """
 import io
 import json
-from typing import Callable, Union
+import re
+from typing import Callable, Dict, Union
 
 import flask_smorest
 from flask import current_app, request
@@ -97,6 +98,30 @@ def _route_limit(settings: Settings, view) -> tuple[int, str]:
     if isinstance(limit, str):
         return int(getattr(settings, limit)), f" (CACHESVC_{limit})"
     return (int(limit(settings)) if callable(limit) else int(limit)), ""
+
+
+#: how a URL rule's converters read as a regular expression (nginx's PCRE), for ``route_limits``
+_CONVERTER_PATTERNS = {"int": "[0-9]+", "path": ".+"}
+#: a variable of a URL rule (``<sha256>``, ``<int:version_id>``), capturing its converter's name
+_VARIABLE = re.compile(r"<(?:([a-zA-Z_]\w*)(?:\([^)]*\))?:)?[a-zA-Z_]\w*>")
+
+
+def route_limits(app) -> Dict[str, int]:
+    """The body limit of every URL rule of ``app`` as ``{anchored path regex: bytes}``: the largest limit
+    of the rule's views (one path may take a PUT of blob bytes and a body-less GET). The buffering proxy
+    in front refuses past these before the app sees a byte (``cachesvc.cli.proxy``): the same table as
+    ``check_body_size``'s, so nginx never forwards a body the app would refuse unread (such a refusal,
+    answered while nginx was still sending, came back as a 502)."""
+    settings = app.extensions["cachesvc"].settings
+    limits: Dict[str, int] = {}
+    for rule in app.url_map.iter_rules():
+        pieces = _VARIABLE.split(rule.rule)  # literal, converter, literal, converter, ..., literal
+        path = "".join(re.escape(p) if i % 2 == 0 else _CONVERTER_PATTERNS.get(p or "default", "[^/]+")
+                       for i, p in enumerate(pieces))
+        limit = _route_limit(settings, app.view_functions.get(rule.endpoint))[0]
+        regex = f"^{path}$"
+        limits[regex] = max(limit, limits.get(regex, 0))
+    return limits
 
 
 def check_body_size() -> None:

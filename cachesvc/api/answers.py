@@ -76,6 +76,13 @@ class BlobStoredSchema(Schema):
     status = fields.String(**_d("stored (written now) or already_stored (stored meanwhile; nothing written)"))
 
 
+class BlobDamageSchema(Schema):
+    sha256 = fields.String(**_d("the blob's sha256"))
+    status = fields.String(**_d("intact (its stored bytes decode to it: nothing changed), forgotten (they do not: "
+                                "the next publish naming it uploads it again) or not_stored"))
+    reason = fields.String(**_d("what was wrong with the stored bytes (forgotten only)"))
+
+
 class PackStoredSchema(Schema):
     sha256 = fields.String(**_d("the pack's sha256 (its name)"))
     stored_size = fields.Integer(**_d("the pack's size in bytes"))

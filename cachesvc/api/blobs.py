@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from flask import Response, request, send_file
 
-from ..storage import blobs, packs
-from .. import metrics
-from ..errors import NotFound, Unavailable
-from ..models import Blob
-from ..schemas import BlobPutArgs, ErrorSchema
-from ..storage import BlobNotFound, ShortObject, StorageError, blob_key
+from .. import auth, content, metrics
 from ..auth import requires
-from .answers import BlobStoredSchema
+from ..schemas import BlobPutArgs, ErrorSchema
+from .answers import BlobDamageSchema, BlobStoredSchema
 from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
 
 OCTET_STREAM = "application/octet-stream"
@@ -35,12 +31,13 @@ def put(args, sha256):
     """Upload a blob that a pending version was told to upload (`version`, as in its upload target); the
     body must decode to exactly the manifest's size and hash to `sha256`.
 
-    400 when it does not (a body that decodes past the size is refused there), 409 `conflict` for a blob
+    403 when another token created the version (only its creator uploads into it), 400 when the body
+    is not the blob (a body that decodes past the size is refused there), 409 `conflict` for a blob
     stored before the version was created: a stored blob's bytes never change.
     """
     svc = services()
-    answer, wrote = blobs.put(svc.db, svc.storage, digest_arg(sha256), args["encoding"], args.get("version"),
-                              request.stream)
+    answer, wrote = content.put_blob(svc.db, svc.storage, digest_arg(sha256), args["encoding"], args.get("version"),
+                                     request.stream, token_id=auth.current().token_id)
     return stored_answer(answer, wrote)
 
 
@@ -58,30 +55,23 @@ def stored_answer(answer: dict, wrote: bool):
               content_type="application/octet-stream")
 def get(sha256):
     """Download a blob's stored bytes (zstd-framed when X-Cachesvc-Encoding is zstd)."""
-    digest = digest_arg(sha256)
     svc = services()
-    with svc.db.session() as s:
-        blob = s.get(Blob, digest)
-        if blob is None:
-            raise NotFound(f"blob {digest} is not stored")
-        encoding, size, stored = blob.encoding, blob.size, blob.stored_size
-        s.expunge(blob)
-    key = blob_key(digest, encoding)
-    headers = {"X-Cachesvc-Encoding": encoding, "X-Cachesvc-Size": str(size)}
-    try:
-        if blob.pack_digest is not None:  # a slice of its pack (older clients know only this URL)
-            resp = Response(packs.read_stored(svc.storage, blob), mimetype=OCTET_STREAM)
-        else:
-            resp = send_object(svc.storage.open(key), stored)
-    except BlobNotFound:
-        raise NotFound(f"blob {digest} is indexed but missing from storage") from None
-    except ShortObject:
-        raise NotFound(f"blob {digest}: its pack in storage is shorter than recorded (damaged)") from None
-    except StorageError as exc:
-        raise Unavailable(f"blob storage failed: {exc}") from None
-    resp.headers.update(headers)
-    metrics.current().bytes_out.labels("service").inc(stored)
+    stored = content.open_blob(svc.db, svc.storage, digest_arg(sha256))
+    resp = send_object(stored.body, stored.length)
+    resp.headers.update(stored.headers)
+    metrics.current().bytes_out.labels("service").inc(stored.length)
     return resp
+
+
+@blp.route("/<sha256>/damaged", methods=["POST"])
+@requires("read")
+@blp.response(200, BlobDamageSchema)
+def damaged(sha256):
+    """Report that a blob's bytes failed their sha256 in a restore. The service reads its stored bytes back
+    and checks them itself: when they do not decode to the blob it forgets it (`forgotten`: the next publish
+    naming it uploads it again, checked), else nothing changes (`intact`). No body."""
+    svc = services()
+    return content.reported_damaged(svc.db, svc.storage, digest_arg(sha256))
 
 
 def send_object(body: BinaryIO, length: int, conditional: bool = False) -> Response:
@@ -103,16 +93,6 @@ def send_object(body: BinaryIO, length: int, conditional: bool = False) -> Respo
             body.close()
             raise
 
-    def chunks() -> Iterator[bytes]:
-        with body:
-            left = length
-            while left > 0:
-                chunk = body.read(min(left, 1 << 20))
-                if not chunk:
-                    break
-                left -= len(chunk)
-                yield chunk
-
-    resp = Response(chunks(), mimetype=OCTET_STREAM)
+    resp = Response(content.chunks(body, length), mimetype=OCTET_STREAM)
     resp.headers["Content-Length"] = str(length)
     return resp

@@ -18,7 +18,6 @@ from sqlalchemy import text
 
 from ..errors import Unavailable
 from ..auth import requires
-from ..storage import Storage
 from .answers import HealthSchema
 from . import Blueprint, services
 
@@ -32,7 +31,7 @@ class StorageCheck:
     """``Storage.check`` run in a daemon thread, one at a time: a probe that finds one still running
     waits on that one (a hung store holds one thread, not one per probe). Thread-safe."""
 
-    def __init__(self, storage: Storage):
+    def __init__(self, storage):  # the service's Storage; only its check() is called (views import no storage)
         self.storage = storage
         self._lock = threading.Lock()
         self._pending: Optional[Future] = None

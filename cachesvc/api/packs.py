@@ -2,15 +2,10 @@
 from __future__ import annotations
 
 from flask import Response, request
-from sqlalchemy import select
 
-from ..storage import packs
-from .. import metrics
+from .. import auth, content, metrics
 from ..auth import requires
-from ..errors import NotFound, Unavailable
-from ..models import Pack
 from ..schemas import ErrorSchema, PackPutArgs
-from ..storage import BlobNotFound, StorageError, pack_key
 from .answers import PackStoredSchema
 from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
 from .blobs import send_object, stored_answer
@@ -20,7 +15,7 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
 
 @blp.route("/<sha256>", methods=["PUT"])
 @requires("write")
-@body_limit(packs.MAX_PACK, streamed=True)
+@body_limit(content.MAX_PACK, streamed=True)
 @blp.arguments(PackPutArgs, location="query")
 @blp.response(201, PackStoredSchema)
 @blp.alt_response(200, schema=PackStoredSchema, description="Another publish's commit recorded the pack since this version asked for its "
@@ -29,9 +24,11 @@ blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Pack
                                                         "its target: stored packs are never overwritten")
 @blp.doc(requestBody=BINARY_BODY)
 def put(args, sha256):
-    """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members."""
+    """Upload a pack for a pending version; the body must hash to `sha256`. The commit names its members.
+    403 when another token created the version: only its creator uploads into it."""
     svc = services()
-    return stored_answer(*packs.put(svc.db, svc.storage, digest_arg(sha256), args["version"], request.stream))
+    return stored_answer(*content.put_pack(svc.db, svc.storage, digest_arg(sha256), args["version"], request.stream,
+                                           token_id=auth.current().token_id))
 
 
 @blp.route("/<sha256>", methods=["GET"])
@@ -40,38 +37,28 @@ def put(args, sha256):
               content_type="application/octet-stream")
 def get(sha256):
     """Download a pack, whole or a `Range` of it."""
-    digest = digest_arg(sha256)
     svc = services()
-    with svc.db.session() as s:
-        if s.scalar(select(Pack.digest).where(Pack.digest == digest)) is None:
-            raise NotFound(f"pack {digest} is not stored")
-    try:
-        if svc.storage.local_path(pack_key(digest)) is None:  # S3 with presigning off: the range is read from storage
-            return _from_storage(svc.storage, digest)
-        resp = send_object(svc.storage.open(pack_key(digest)), 0, conditional=True)  # sendfile; Range from the file
-    except BlobNotFound:
-        raise NotFound(f"pack {digest} is indexed but missing from storage") from None
-    except StorageError as exc:
-        raise Unavailable(f"pack storage failed: {exc}") from None
+    pack = content.open_pack(svc.db, svc.storage, digest_arg(sha256))
+    body = pack.local_file()
+    if body is None:  # S3 with presigning off: the range is read from storage
+        return _ranged(pack)
+    resp = send_object(body, 0, conditional=True)  # sendfile; Range from the file
     metrics.current().bytes_out.labels("service").inc(resp.content_length or 0)
     return resp
 
 
-def _from_storage(storage, digest: str) -> Response:
-    key = pack_key(digest)
-    size = storage.stat(key)
-    if size is None:
-        raise BlobNotFound(key)
+def _ranged(pack: content.StoredPack) -> Response:
+    size = pack.size()
     rng = request.range
     if rng is not None and len(rng.ranges) == 1:
         start, stop = rng.range_for_length(size) or (None, None)
         if start is None:
             return Response(status=416, headers={"Content-Range": f"bytes */{size}"})
-        data = storage.read_range(key, start, stop - start)
+        data = pack.read(start, stop - start)
         resp = Response(data, status=206, mimetype="application/octet-stream")
         resp.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
     else:
-        data = storage.read_range(key, 0, size)
+        data = pack.read(0, size)
         resp = Response(data, mimetype="application/octet-stream")
     metrics.current().bytes_out.labels("service").inc(len(data))
     return resp

@@ -10,11 +10,10 @@ from flask import Response, request
 
 from cachesvc_client.keys import ENV_FIELDS, REMOTE_CACHES
 
-from .. import metrics, remote_cache
+from .. import content, metrics, remote_cache
 from ..auth import requires
-from ..errors import NotFound, PayloadTooLarge, Unavailable
+from ..errors import NotFound, PayloadTooLarge
 from ..schemas import EnvSchema, ErrorSchema
-from ..storage import StorageError
 from .answers import RemoteCacheItemSchema
 from . import Blueprint, body_limit, services
 
@@ -47,11 +46,8 @@ def get(args, cache, key):
     """The value Inductor stored under `key` in `cache` for this environment; 404 `not_found` is a miss."""
     remote_cache.check_name(cache, key)
     svc = services()
-    try:
-        with svc.db.session() as s:
-            found = remote_cache.get(s, svc.storage, cache, _env(args), key)
-    except StorageError as exc:
-        raise Unavailable(f"blob storage failed: {exc}") from None
+    with content.storage_failures(), svc.db.session() as s:
+        found = remote_cache.get(s, svc.storage, cache, _env(args), key)
     _count(cache, found.result)
     if found.value is None:
         raise NotFound(f"remote cache {cache} has no value for key {key} in this environment")
@@ -79,11 +75,8 @@ def put(args, cache, key):
     except PayloadTooLarge:
         _count(cache, "too_large")
         raise
-    try:
-        with svc.db.session() as s:
-            item = remote_cache.put(s, svc.storage, cache, _env(args), key, value)
-    except StorageError as exc:
-        raise Unavailable(f"blob storage failed: {exc}") from None
+    with content.storage_failures(), svc.db.session() as s:
+        item = remote_cache.put(s, svc.storage, cache, _env(args), key, value)
     _count(cache, "put")
     metrics.current().bytes_in.labels("service").inc(len(value))
     return item

@@ -1,8 +1,7 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
-from .. import auth, index, lifecycle, metrics, publish
-from ..storage import packs
+from .. import auth, content, index, lifecycle, metrics, publish
 from ..auth import requires
 from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
@@ -68,8 +67,8 @@ def pack_targets(body, version_id):
     svc = services()
     with svc.db.session() as s:
         publish.check_creator(s, version_id, auth.current().token_id)
-        return {"targets": packs.upload_targets(s, svc.storage, version_id, body["packs"],
-                                                svc.settings.PRESIGN_EXPIRES)}
+        return {"targets": content.pack_targets(s, svc.storage, version_id, body["packs"],
+                                                  svc.settings.PRESIGN_EXPIRES)}
 
 
 @blp.route("/<int:version_id>/uploads", methods=["POST"])

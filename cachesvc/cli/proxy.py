@@ -5,13 +5,14 @@ each send a header byte a second held every thread, and /healthz went unanswered
 driven, one worker holds thousands of connections) takes the slow part: it reads each request's
 headers within ``client_header_timeout`` and its whole body within ``client_body_timeout`` (a
 timeout between two reads), buffering bodies (to a temp file past 64 KiB) before gunicorn sees a
-byte, and refuses bodies past each route's limit (413). gunicorn then listens on a Unix socket in
+byte, and refuses bodies past each route's limit (413, the app's own table: ``_route_blocks``). gunicorn then listens on a Unix socket in
 the run folder only, so nothing reaches it around nginx. Why nginx and not an async worker:
 docs/security.md ("Slow clients").
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -47,22 +48,47 @@ http {{
     listen {host}:{port};
     proxy_set_header Host $http_host;
     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    # past its route's limit a body is refused here, from its headers, with the app's JSON error: forwarded,
+    # the app's refusal (answered unread) crossed nginx still sending it, and came back as a 502
+    error_page 413 @payload_too_large;
+    location @payload_too_large {{
+      default_type application/json;
+{headers}
+      return 413 '{too_large}';
+    }}
     location / {{ proxy_pass http://cachesvc; }}
-    location /api/v1/ {{ client_max_body_size {request}; proxy_pass http://cachesvc; }}
-    location /api/v1/blobs/ {{ client_max_body_size {blob}; proxy_pass http://cachesvc; }}
-    location /api/v1/packs/ {{ client_max_body_size {pack}; proxy_pass http://cachesvc; }}
-    location /api/v1/remote-cache/ {{ client_max_body_size {remote}; proxy_pass http://cachesvc; }}
+{locations}
+  }}
+  map $uri $cachesvc_limit {{
+    default {default};
+{limits}
   }}
 }}
 """
 
 
-@contextlib.contextmanager
-def nginx_front(run: Path, host: str, port: int, settings: Settings) -> Iterator[str]:
-    """nginx listening on ``host:port`` for as long as the block runs; yields gunicorn's bind (a Unix
-    socket in ``run``). Raises Failure when nginx is not installed or does not start."""
-    from ..storage import packs
+def _route_blocks(app) -> dict:
+    """The parts of the config made from ``app``'s own body limits (``cachesvc.api.route_limits``): a
+    location per URL rule with its ``client_max_body_size``, the map from a path to its limit (for the
+    413's message), and the 413's JSON body and security headers, as the app answers them."""
+    from ..api import SECURITY_HEADERS, route_limits
 
+    limits = route_limits(app)
+    too_large = json.dumps({"error": {"code": "payload_too_large", "message":
+                                      "the body is too large: this route takes a body of at most "
+                                      "$cachesvc_limit bytes"}})
+    return {"locations": "\n".join(f'    location ~ "{regex}" {{ client_max_body_size {limit}; '
+                                    f'proxy_pass http://cachesvc; }}' for regex, limit in limits.items()),
+            "limits": "\n".join(f'    "~{regex}" {limit};' for regex, limit in limits.items()),
+            "headers": "\n".join(f'      add_header {name} "{value}" always;' for name, value in SECURITY_HEADERS.items()),
+            "too_large": too_large}
+
+
+@contextlib.contextmanager
+def nginx_front(run: Path, host: str, port: int, app) -> Iterator[str]:
+    """nginx in front of ``app`` (its settings and its routes' body limits), listening on ``host:port``
+    for as long as the block runs; yields gunicorn's bind (a Unix socket in ``run``). Raises Failure when
+    nginx is not installed or does not start."""
     binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
     if binary is None:
         raise Failure("CACHESVC_SERVE_PROXY is on but nginx is not installed (apt-get install nginx-light), "
@@ -75,9 +101,8 @@ def nginx_front(run: Path, host: str, port: int, settings: Settings) -> Iterator
     conf = run / "nginx.conf"
     conf.write_text(_CONF.format(
         user="user root;\n" if os.geteuid() == 0 else "", run=run, socket=socket, host=host, port=port,
-        header=HEADER_TIMEOUT, body=BODY_TIMEOUT, default=settings.BODY_LIMIT_BYTES,
-        request=max(settings.MAX_REQUEST_BYTES, settings.BODY_LIMIT_BYTES),
-        blob=settings.MAX_BLOB_BYTES, pack=packs.MAX_PACK, remote=settings.REMOTE_CACHE_MAX_BYTES + 1))
+        header=HEADER_TIMEOUT, body=BODY_TIMEOUT, default=app.extensions["cachesvc"].settings.BODY_LIMIT_BYTES,
+        **_route_blocks(app)))
     proc = subprocess.Popen([binary, "-e", "stderr", "-c", str(conf), "-p", str(run)])
     try:
         yield f"unix:{socket}"

@@ -69,7 +69,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int, threads: in
         app.extensions["cachesvc"].db.engine.dispose()
         control = run / "gunicorn.ctl"
         with contextlib.ExitStack() as stack:
-            bind = (stack.enter_context(nginx_front(run, host, port, settings)) if settings.SERVE_PROXY
+            bind = (stack.enter_context(nginx_front(run, host, port, app)) if settings.SERVE_PROXY
                     else f"{host}:{port}")
             _gunicorn(app, settings, bind, workers, threads, control, f"http://{host}:{port}", run)
 

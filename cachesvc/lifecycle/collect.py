@@ -27,7 +27,7 @@ every version left then protects, so a blob is collectable exactly when no
 ``version_files`` row and no live remote-cache item names it (items idle for
 ``REMOTE_CACHE_MAX_IDLE_DAYS`` are evicted first).
 
-**Packs** (``cachesvc.storage.packs``) go whole: a pack, its row and its members' blob
+**Packs** (``cachesvc.content.packs``) go whole: a pack, its row and its members' blob
 rows are deleted once none of its members is named by a version or a
 remote-cache item. A partly live pack stays as it is, dead members included,
 and those members stay indexed, so a later publish of one finds it stored.

@@ -7,7 +7,7 @@
                                                     manifest lacks) -> a pending version + the blobs to upload
     POST /api/v1/versions/<id>/uploads  blob_targets  upload targets in batches (presigned: the version's
                                                     incoming folder, cachesvc.storage.incoming_key)
-    (the client uploads: through the service, cachesvc.storage.blobs/packs, or straight to S3)
+    (the client uploads: through the service, cachesvc.content.blobs/packs, or straight to S3)
     POST /api/v1/versions/<id>/commit   commit_version  every blob stored? packs verified, presigned uploads
                                                     checked and moved into place, the version committed
                                                     whole (newest = last committed), audited

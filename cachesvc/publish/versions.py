@@ -10,7 +10,7 @@
    every blob the version names is stored, then flips the version to
    *committed* in one transaction. Until then resolve never sees it. Large
    zstd blobs uploaded straight to storage are read back and decoded first
-   (``cachesvc.storage.blobs.check_stored``): one that does not decode to its sha256
+   (``cachesvc.content.check_stored``): one that does not decode to its sha256
    counts as missing, one that does gets its ``stored_sha256`` recorded.
 
 Content equal to the key's newest committed version of the same kind creates no
@@ -30,10 +30,10 @@ from sqlalchemy.orm import Session
 from cachesvc_client import keys
 
 from . import admission, merging
-from ..storage import blobs, packs as packs_mod
+from .. import content
 from .. import lifecycle
 from .. import index
-from ..errors import BlobsMissing, Conflict, Forbidden, InvalidRequest, NotFound, PayloadTooLarge
+from ..errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from ..models import MAX_ID, Blob, Event, PendingPack, Version, VersionFile, utcnow
 from ..storage import ENCODINGS, Storage, blob_key, incoming_key
 from ..config import Settings
@@ -100,15 +100,18 @@ def create_version(session: Session, storage: Storage, settings: Settings, body:
         files, body = merging.union(session, newest, body)
         sizes = _check_manifest(files, body["roots"], settings.MAX_FILES)
     digest = keys.manifest_digest(files)
-    if index.same_content(newest, digest, signed):
+    present = index.present_sizes(session, sizes)
+    # a blob the index forgot (its stored bytes were found bad: cachesvc.content.healing) makes even the same
+    # content a pending version, told to upload it; its commit then stores it and answers "unchanged"
+    whole = len(present) == len(sizes)
+    if whole and index.same_content(newest, digest, signed):
         return 200, {"status": "unchanged", "entry": index.entry_summary(entry),
                      "version": index.version_summary(newest), "upload": []}
-    linked = admission.link(session, entry, body, files, digest, sizes)
+    linked = admission.link(session, entry, body, files, digest, sizes) if whole else None
     if linked is not None:
         _audit(session, actor, linked[1]["version"], 0, linked_to=linked[1]["linked_to"]["version_id"])
         return linked
 
-    present = index.present_sizes(session, sizes)
     for d, size in present.items():
         if size != sizes[d]:
             raise InvalidRequest(f"sha256 {d} is stored with size {size}, the manifest says {sizes[d]}")
@@ -130,7 +133,7 @@ def create_version(session: Session, storage: Storage, settings: Settings, body:
             item["targets"] = {enc: upload_target(storage, item["sha256"], enc, expires, version.id, item["size"])
                                for enc in ENCODINGS}
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
-                 "version": index.version_summary(version), "upload": upload, "packing": packs_mod.advertised()}
+                 "version": index.version_summary(version), "upload": upload, "packing": content.advertised()}
 
 
 def blob_targets(session: Session, storage: Storage, settings: Settings, version_id: int,
@@ -176,8 +179,8 @@ def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int,
         if stored is None or (enc == "identity" and stored != size):
             continue  # absent, or an identity upload of the wrong length: not this blob
         try:
-            stored_sha = blobs.check_stored(storage, digest, enc, size, key=staged)
-        except blobs.BadBlob:
+            stored_sha = content.check_stored(storage, digest, enc, size, key=staged)
+        except content.BadBlob:
             storage.delete(staged)
             continue
         if stored_sha is not None:
@@ -187,10 +190,10 @@ def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int,
 
 def _place_uploads(session: Session, storage: Storage, found: List[dict]) -> List[dict]:
     """Move the checked presigned uploads ``found`` (rows with ``incoming``) to their blobs' keys, one
-    writer per blob (``blobs.digest_lock``, in digest order); a blob a concurrent commit stored since keeps
+    writer per blob (``content.digest_lock``, in digest order); a blob a concurrent commit stored since keeps
     its object and row, and this version's upload of it is dropped. Returns the rows to record."""
     for row in sorted(found, key=lambda r: r["digest"]):
-        blobs.digest_lock(session, row["digest"])
+        content.digest_lock(session, row["digest"])
     stored = set(index.present_sizes(session, [r["digest"] for r in found]))
     placed = [r for r in found if r["digest"] not in stored]
 
@@ -209,11 +212,11 @@ def _place_uploads(session: Session, storage: Storage, found: List[dict]) -> Lis
 def _take_uploads(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
                   packs: Optional[List[dict]]) -> int:
     """Check that every blob of pending version ``version_id`` is stored, loose or in one of ``packs``
-    (verified first: ``cachesvc.storage.packs.verify``), recording the blobs its uploads stored; returns
+    (verified first: ``cachesvc.content.verify_packs``), recording the blobs its uploads stored; returns
     the bytes those uploads put straight into storage. Raises BlobsMissing, InvalidRequest."""
     sizes = dict(session.execute(select(VersionFile.digest, VersionFile.size)
                                  .where(VersionFile.version_id == version_id).distinct()).all())
-    packed = packs_mod.verify(session, storage, version_id, packs or [], sizes)
+    packed = content.verify_packs(session, storage, version_id, packs or [], sizes)
     session.execute(delete(PendingPack).where(PendingPack.version_id == version_id))  # recorded now, or not needed
     needed = set(sizes) - set(index.present_sizes(session, sizes)) - {r["digest"] for r in packed}
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
@@ -254,10 +257,8 @@ def check_creator(session: Session, version_id: int, token_id: Optional[int]) ->
     """Forbidden unless ``token_id`` created pending version ``version_id`` (or no token did): another write
     token must not fetch its upload targets (and overwrite an upload in flight) or commit it."""
     version = session.get(Version, version_id) if 0 <= version_id <= MAX_ID else None  # beyond: commit's 404
-    if version is not None and version.state == "pending" and version.token_id is not None \
-            and version.token_id != token_id:
-        raise Forbidden(f"version {version_id} was created by another token: only that token uploads to it "
-                        "and commits it; publish with your own")
+    if version is not None:
+        content.check_creator(version, token_id)  # the one rule, for the blob and pack PUTs too
 
 
 def _sweep_incoming(storage: Storage, version_id: int) -> None:

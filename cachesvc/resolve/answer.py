@@ -5,12 +5,9 @@ alike (``cachesvc_client.answers`` checks what they send).
 """
 from __future__ import annotations
 
-from ..storage import packs
-from ..storage import Storage, blob_key
-
-
-def blob_url(storage: Storage, digest: str, encoding: str, expires: int) -> str:
-    return storage.download_url(blob_key(digest, encoding), expires) or f"/api/v1/blobs/{digest}"
+from .. import content
+from ..content import blob_url
+from ..storage import Storage
 
 
 def blob_entries(storage: Storage, rows, expires: int) -> dict:
@@ -25,11 +22,11 @@ def blob_entries(storage: Storage, rows, expires: int) -> dict:
         if f.pack_digest is None:
             out[f.digest] = {"url": blob_url(storage, f.digest, f.encoding, expires), "encoding": f.encoding,
                              "size": f.blob_size, "stored_size": f.stored_size}
-            if f.stored_sha256:  # the service checked the stored bytes itself (cachesvc.storage.blobs): a client
+            if f.stored_sha256:  # the service checked the stored bytes itself (cachesvc.content.blobs): a client
                 out[f.digest]["stored_sha256"] = f.stored_sha256  # may hash those instead of the decoded ones
             continue
         if f.pack_digest not in pack_urls:
-            pack_urls[f.pack_digest] = packs.pack_url(storage, f.pack_digest, expires)
+            pack_urls[f.pack_digest] = content.pack_url(storage, f.pack_digest, expires)
         out[f.digest] = {"url": f"/api/v1/blobs/{f.digest}", "encoding": f.encoding, "size": f.blob_size,
                          "stored_size": f.stored_size, "pack": pack_urls[f.pack_digest],
                          "pack_sha256": f.pack_digest, "pack_size": f.pack_size, "offset": f.pack_offset}

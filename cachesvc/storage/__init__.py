@@ -1,12 +1,11 @@
-"""Storage: where the bytes live, and the only code that reads or writes them.
+"""Storage: where the bytes live, and the only code that reads or writes them. It knows bytes and
+keys only: what a blob or pack is, and what the index says of it, is ``cachesvc.content``'s (which
+calls this), and nothing here imports the index, the database or the service's errors.
 
 ::
 
     Storage (this module)  the interface: a local folder (local.py) or any S3-compatible bucket (s3.py),
                            chosen by URL scheme (``from_url``); presigned URLs (presign.py)
-    blobs.py               a blob's bytes: received (PUT through the service), checked, stored once, never
-                           overwritten; read back at commit
-    packs.py               many small blobs in one object: upload targets, verification, ranged reads
     decoding.py            the one bounded decoder of stored bytes (a bomb is a refusal, not an OOM)
 
 Object layout (the same on both backends)::
@@ -18,7 +17,7 @@ Object layout (the same on both backends)::
                                                      it and moves it to <key> (``incoming_key``)
 
 A pack is named by the sha256 of its own bytes; where each member lies in it
-(offset, stored size, encoding) is in the index (``cachesvc.storage.packs``).
+(offset, stored size, encoding) is in the index (``cachesvc.content.packs``).
 
 The sha256 is always that of the *uncompressed* content, so a blob keeps its
 name whatever encoding the publisher chose. ``v1`` leaves room to change the

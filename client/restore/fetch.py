@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
@@ -33,6 +34,9 @@ from .place import place
 from .plan import Targets
 
 log = logging.getLogger("cachesvc_client")
+
+#: blobs a restore reports damaged at most (each report makes the service read the blob back)
+MAX_DAMAGE_REPORTS = 16
 
 
 class PackRun(NamedTuple):
@@ -59,6 +63,7 @@ class Fetcher:
         self.storage_down = threading.Event()
         self.progress: Optional[Progress] = None
         self.decoders = Decoders(frames.DECODE_THREADS)  # this restore's zstd contexts and frame pool
+        self.damaged: set = set()  # blobs whose bytes failed their sha256 or size (``report_damage``)
 
     def fetch_all(self, name: str, workers: int) -> Dict[str, Optional[str]]:
         """Fetch every wanted blob; digest -> problem (None: placed at all its targets)."""
@@ -82,7 +87,22 @@ class Fetcher:
                 problems.update(zip(loose, loose_done))
                 for got in runs_done:
                     problems.update(got)
+        self.report_damage()
         return problems
+
+    def report_damage(self) -> None:
+        """Tell the service which blobs arrived with bytes that fail their sha256, so it checks its stored
+        copies and forgets the bad ones (the next publish then uploads them again). Best effort, within the
+        restore's deadline: a service that is down, or older than the report, changes nothing here."""
+        for digest in sorted(self.damaged)[:MAX_DAMAGE_REPORTS]:
+            if self.deadline.expired():  # within the restore's budget, or not at all
+                return
+            try:
+                at = time.monotonic() + self.api.timeout  # one call's time, never past the restore's
+                answer = self.api.report_damaged(digest, deadline=min(at, self.deadline.at or at))
+                log.info("blob %s reported damaged: the service found it %s", digest[:12], answer.get("status"))
+            except (CacheClientError, OSError) as exc:
+                log.debug("blob %s: the damage report failed: %s", digest[:12], _message(exc))
 
     def _twice(self, what: str, op: Callable[[], object]) -> Tuple[bool, object]:
         """``op()`` tried up to twice: (True, its result) or (False, why it failed)."""
@@ -113,11 +133,15 @@ class Fetcher:
 
         def once() -> None:
             os.makedirs(os.path.dirname(targets[0][0]), exist_ok=True)
-            tmp = download.download(self.api.transport, url, self.api.auth_headers(url), encoding=blob["encoding"],
-                                    digest=digest, size=blob["size"], dest_dir=os.path.dirname(targets[0][0]),
-                                    stall_timeout=self.stall_timeout, on_bytes=self._advance,
-                                    deadline=self.deadline, stored_sha256=blob.get("stored_sha256"),
-                                    decoders=self.decoders)
+            try:
+                tmp = download.download(self.api.transport, url, self.api.auth_headers(url),
+                                        encoding=blob["encoding"], digest=digest, size=blob["size"],
+                                        dest_dir=os.path.dirname(targets[0][0]), stall_timeout=self.stall_timeout,
+                                        on_bytes=self._advance, deadline=self.deadline,
+                                        stored_sha256=blob.get("stored_sha256"), decoders=self.decoders)
+            except IntegrityError:
+                self.damaged.add(digest)
+                raise
             place(tmp, targets)
             self.progress.advance(len(targets), 0)
 
@@ -151,6 +175,9 @@ class Fetcher:
                                         size=b["size"], dest_dir=os.path.dirname(targets[0][0]),
                                         decoders=self.decoders)
             place(tmp, targets)
+        except IntegrityError as exc:
+            self.damaged.add(digest)
+            return _message(exc)
         except (CacheClientError, OSError) as exc:
             return _message(exc)
         self.progress.advance(len(targets), 0)

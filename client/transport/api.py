@@ -179,6 +179,11 @@ class ServiceAPI:
         """Upload targets ``[{"sha256", "target"}]`` for packs ``[{"sha256", "size"}]`` of a pending version."""
         return self.call("POST", f"/api/v1/versions/{version_id}/packs", json={"packs": packs})["targets"]
 
+    def report_damaged(self, digest: str, deadline: Optional[float] = None) -> dict:
+        """Tell the service that blob ``digest``'s bytes failed their sha256 here; it checks its stored copy
+        itself and forgets it only when that is bad (the next publish naming it then uploads it again)."""
+        return self.call("POST", f"/api/v1/blobs/{digest}/damaged", deadline=deadline, check=answers.json_object)
+
     def verdict(self, body: dict) -> dict:
         return self.call("POST", "/api/v1/verdicts", json=body, check=answers.json_object)
 

@@ -92,7 +92,7 @@ def test_frames_decode_in_parallel_whatever_the_chunking(large, step):
 
 
 def test_every_decoder_reads_the_framed_stream_as_one(large):
-    """Older clients (stream_reader, read_across_frames off), the service (cachesvc.storage.blobs) and zstd's one-shot."""
+    """Older clients (stream_reader, read_across_frames off), the service (cachesvc.content.blobs) and zstd's one-shot."""
     data, stored = large
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(stored), read_size=1 << 20, closefd=False)
     buf, got = bytearray(4 << 20), hashlib.sha256()

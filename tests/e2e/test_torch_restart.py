@@ -7,7 +7,7 @@ write no compile artifact of its own: every file in its roots afterwards is
 one the restore brought (no rebuilt precompiled header, no new .so), which is
 what separates the floor (~1.7-3.5 s here) from a cache-dir-only restore
 (~7-10 s). Speed itself is measured in bench/, not asserted here. The small
-files travel in packs (``cachesvc.storage.packs``), so the hits come from a packed restore.
+files travel in packs (``cachesvc.content.packs``), so the hits come from a packed restore.
 
 Runs against the embedded default (`cachesvc serve`: SQLite + local blobs)
 and against PostgreSQL + S3 (rclone), both as real service processes.

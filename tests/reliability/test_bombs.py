@@ -16,7 +16,7 @@ from typing import List
 import pytest
 import requests
 
-from cachesvc.storage import blobs
+from cachesvc.content import blobs
 from cachesvc.storage import blob_key, from_url
 from tests.helpers import ENV, key, sha, zstd_bomb
 

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import select
 
 from cachesvc import config, db as cachesvc_db
-from cachesvc.storage import packs
+from cachesvc.content import packs
 from cachesvc.models import Blob, Version, VersionFile
 from cachesvc.storage import from_url
 from cachesvc_client import CacheClient

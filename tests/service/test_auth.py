@@ -23,6 +23,7 @@ ROUTES = [
     ("GET", "/api/v1/versions/1", "read"),
     ("PUT", f"/api/v1/blobs/{DIGEST}", "write"),
     ("GET", f"/api/v1/blobs/{DIGEST}", "read"),
+    ("POST", f"/api/v1/blobs/{DIGEST}/damaged", "read"),
     ("POST", "/api/v1/versions/1/uploads", "write"),
     ("POST", "/api/v1/versions/1/packs", "write"),
     ("PUT", f"/api/v1/packs/{DIGEST}", "write"),

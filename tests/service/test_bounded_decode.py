@@ -20,7 +20,7 @@ import pytest
 import zstandard
 from sqlalchemy import select
 
-from cachesvc.storage import blobs
+from cachesvc.content import blobs
 from cachesvc.storage.decoding import CHUNK, BadBlob, Decode, decode_all
 from cachesvc.models import Blob
 from cachesvc.storage import blob_key

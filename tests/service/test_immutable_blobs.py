@@ -21,7 +21,7 @@ import requests
 import zstandard
 from sqlalchemy import update
 
-from cachesvc.storage import blobs
+from cachesvc.content import blobs
 from cachesvc.models import Blob, Version
 from cachesvc.storage import blob_key, pack_key
 from cachesvc_client import CacheClient

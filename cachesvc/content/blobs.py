@@ -27,15 +27,15 @@ import os
 import tempfile
 from typing import BinaryIO, Optional, Tuple
 
-from sqlalchemy import select, text, update
+from sqlalchemy import or_, select, text, update
 from sqlalchemy.orm import Session
 
 from .. import index
 from ..db import Database
-from .decoding import BadBlob, Decode  # BadBlob is raised through this module's API too
-from ..errors import Conflict, InvalidRequest
+from ..storage.decoding import BadBlob, Decode  # BadBlob is raised through this module's API too
+from ..errors import Conflict, Forbidden, InvalidRequest
 from ..models import Blob, Version, VersionFile, utcnow
-from . import BlobNotFound, Storage, blob_key
+from ..storage import BlobNotFound, Storage, blob_key
 
 #: a blob this large (decoded) is "large" to the tests of decoding at commit; every object uploaded
 #: straight to storage is read back and checked at commit whatever its size (publish.versions._stat_blob)
@@ -91,12 +91,12 @@ def receive(storage: Storage, digest: str, encoding: str, body: BinaryIO, size: 
 
 
 def put(db: Database, storage: Storage, digest: str, encoding: str, version_id: Optional[int],
-        body: BinaryIO) -> Tuple[dict, bool]:
-    """A blob PUT through the service: may it be written (``claim``)? Then the body checked (``receive``)
-    and stored, unless a concurrent publish stored it first. Returns (the answer, whether bytes were
-    written). Raises BadBlob, InvalidRequest, Conflict, StorageError."""
+        body: BinaryIO, *, token_id: Optional[int]) -> Tuple[dict, bool]:
+    """A blob PUT through the service by ``token_id``: may it be written (``claim``)? Then the body checked
+    (``receive``) and stored, unless a concurrent publish stored it first. Returns (the answer, whether
+    bytes were written). Raises BadBlob, InvalidRequest, Forbidden, Conflict, StorageError."""
     with db.session() as s:
-        size, stored = claim(s, digest, version_id)
+        size, stored = claim(s, digest, version_id, token_id)
     tmp, row = receive(storage, digest, encoding, body, size)
     if stored is None:
         with db.session() as s:
@@ -157,8 +157,18 @@ def repair(session: Session, storage: Storage, tmp: str, row: dict) -> None:
         discard(tmp)
 
 
-def claim(session: Session, digest: str, version_id: Optional[int]) -> Tuple[int, Optional[Blob]]:
-    """May blob ``digest`` be PUT for pending version ``version_id`` (None: any pending version naming it)?
+def check_creator(version: Version, token_id: Optional[int]) -> None:
+    """Forbidden unless ``token_id`` created pending ``version`` (or no token did): only the creator uploads
+    into it, through the service as through presigned targets (``cachesvc.publish.check_creator``)."""
+    if version.state == "pending" and version.token_id is not None and version.token_id != token_id:
+        raise Forbidden(f"version {version.id} was created by another token: only that token uploads to it "
+                        "and commits it; publish with your own")
+
+
+def claim(session: Session, digest: str, version_id: Optional[int], token_id: Optional[int]
+          ) -> Tuple[int, Optional[Blob]]:
+    """May blob ``digest`` be PUT by ``token_id`` for pending version ``version_id`` (None: any pending
+    version of that token naming it)? Only the version's creator may (``check_creator``: Forbidden).
 
     Returns (its decoded size in the manifest, the blob when it is stored already). A stored blob is
     never written again: the PUT is refused with Conflict when the blob was stored before the version
@@ -170,11 +180,15 @@ def claim(session: Session, digest: str, version_id: Optional[int]) -> Tuple[int
          .where(VersionFile.digest == digest, Version.state == "pending"))
     if version_id is not None:
         q = q.where(Version.id == version_id)
+    else:  # an older client names no version: the token's own, else another's (refused below)
+        own = q.where(or_(Version.token_id.is_(None), Version.token_id == token_id))
+        q = own if session.execute(own.limit(1)).first() is not None else q
     found = session.execute(q.order_by(Version.id.desc()).limit(1)).first()
     if found is None:
         where = f"pending version {version_id}" if version_id is not None else "any pending version"
         raise InvalidRequest(f"blob {digest} is not named by {where}; publish a manifest first")
     size, version = found
+    check_creator(version, token_id)
     if version.lease_expires_at and version.lease_expires_at < utcnow():
         raise Conflict(f"version {version.id} was not committed within its upload lease; publish again")
     blob = session.get(Blob, digest)

@@ -35,10 +35,10 @@ from sqlalchemy.orm import Session
 from . import blobs
 from .. import index
 from ..db import Database
-from .decoding import BadBlob, decode_all
+from ..storage.decoding import BadBlob, decode_all
 from ..errors import BlobsMissing, Conflict, InvalidRequest, PayloadTooLarge
 from ..models import Blob, Pack, PendingPack, Version, utcnow
-from . import BlobNotFound, Storage, blob_key, incoming_key, pack_key
+from ..storage import BlobNotFound, Storage, blob_key, incoming_key, pack_key
 
 #: blobs smaller than this (decoded) are packed by the client
 MAX_MEMBER = 256 << 10
@@ -125,15 +125,18 @@ def receive(storage: Storage, digest: str, body: BinaryIO) -> Tuple[str, int]:
     return tmp, size
 
 
-def put(db: Database, storage: Storage, digest: str, version_id: int, body: BinaryIO) -> Tuple[dict, bool]:
-    """A pack PUT through the service: recorded as pending for ``version_id`` before the bytes land (so GC
+def put(db: Database, storage: Storage, digest: str, version_id: int, body: BinaryIO, *,
+        token_id: Optional[int]) -> Tuple[dict, bool]:
+    """A pack PUT through the service by ``token_id``, the creator of pending ``version_id`` (else Forbidden:
+    ``blobs.check_creator``): recorded as pending for ``version_id`` before the bytes land (so GC
     cannot take them for an orphan; ``claim``), checked (``receive``), stored unless a commit recorded it
-    meanwhile. Returns (the answer, whether bytes were written). Raises BadBlob, InvalidRequest, Conflict,
-    PayloadTooLarge, StorageError."""
+    meanwhile. Returns (the answer, whether bytes were written). Raises BadBlob, InvalidRequest, Forbidden,
+    Conflict, PayloadTooLarge, StorageError."""
     with db.session() as s:
         version = s.get(Version, version_id)
         if version is None:
             raise InvalidRequest(f"version {version_id} is not a pending version; publish a manifest first")
+        blobs.check_creator(version, token_id)
         recorded = claim(s, version, digest)
     tmp, size = receive(storage, digest, body)
     if recorded:

@@ -322,7 +322,8 @@ class CacheClient:
     def publish(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                 compile_seconds: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
                 roots: Optional[Dict[str, str]] = None, min_compile_seconds: Optional[float] = None,
-                merge: bool = True, extra_roots: Optional[Mapping[str, str]] = None) -> PublishReport:
+                merge: bool = True, extra_roots: Optional[Mapping[str, str]] = None,
+                meta: Optional[Mapping[str, str]] = None) -> PublishReport:
         """Snapshot this process's compile state and publish it under the key.
 
         ``compile_seconds`` defaults to the compile time torch recorded in this process.
@@ -333,7 +334,8 @@ class CacheClient:
         ``$CACHESVC_MIN_COMPILE_SECONDS``, else 0) nothing is sent (status ``skipped``,
         ``admitted=False``); content the service holds under another key is linked (status
         ``linked``), not uploaded. ``merge`` unions with the key's newest version (see
-        ``cachesvc_client.publish.publish``).
+        ``cachesvc_client.publish.publish``). ``meta`` adds to the version's metadata (string values up to
+        1,000 characters; a restore's ``report.meta``).
         Raises CacheClientError subclasses on failure; nothing is half-published.
         """
         key = self.key(name, shape, tags, env)
@@ -353,7 +355,7 @@ class CacheClient:
         else:  # never a neighbour's files: the host's shared default folders stay out (own_roots)
             root_list, left_out = own_roots(roots_mod.default_roots(self.cache_dir, roots_mod.extra_roots(extra_roots)))
         report = _publish(self.api, key, root_list, workers=min(self.workers, 8), compile_seconds=compile_seconds,
-                          merge=merge)
+                          merge=merge, meta=dict(meta) if meta else None)
         return _published(report, keyenv.disagreement(key["env"], self.env_file if env is None else None), *left_out)
 
     def publish_mega_cache(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,

@@ -93,6 +93,9 @@ def _replaced(how: str, model, call, inputs) -> float:
                     param.data = param.detach() * 1.5
                 elif how == "param":
                     setattr(module, pname, torch.nn.Parameter(param.detach() * 1.5, requires_grad=param.requires_grad))
+                elif how == "dict":  # straight into the dict: no registration hook fires
+                    module._parameters[pname] = torch.nn.Parameter(param.detach() * 1.5,
+                                                                   requires_grad=param.requires_grad)
         return float((call(*inputs) - model(*inputs)).abs().max())
 
 
@@ -132,10 +135,11 @@ def main() -> None:
     p.add_argument("--warm-batch", type=int, default=0, metavar="N",
                    help="with --one-call: before the timed first call, call once with batch N (a builder that "
                         "served another batch size first: its snapshot holds that graph too)")
-    p.add_argument("--replace-weights", choices=("assign", "data", "param"), default=None,
+    p.add_argument("--replace-weights", choices=("assign", "data", "param", "dict"), default=None,
                    help="after the first call, replace every parameter (load_state_dict(assign=True), .data =, or "
                         "a new nn.Parameter) by 1.5x copies, call again and compare with eager")
     p.add_argument("--verify-first", action="store_true", help="with --one-call: compile(..., verify=True)")
+    p.add_argument("--require-hit", action="store_true", help="with --one-call: compile(..., require_hit=True)")
     p.add_argument("--eager", action="store_true", help="no compile: the model itself (the eager baseline)")
     p.add_argument("--steps", type=int, default=0, help="after the first call: time this many calls (steady state)")
     p.add_argument("--also-batch", type=int, default=0, metavar="N",
@@ -208,6 +212,8 @@ def main() -> None:
             import cachesvc_client
 
             checked = {"verify": True} if args.verify_first else {}  # only when asked: an older client lacks it
+            if args.require_hit:
+                checked["require_hit"] = True
             # keywords only when the model takes them: an older client's compile() has no kwargs argument
             call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
                                            client=client, publish=args.publish, **checked)

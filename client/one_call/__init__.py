@@ -62,7 +62,7 @@ def compile(model: Any, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, 
     ``tags`` are added to the key. ``verify``: a hit's first call also runs eager and compares (one
     eager forward; a difference beyond the publish check's tolerance sends it to torch.compile).
     ``require_hit`` (default ``$CACHESVC_REQUIRE_HIT``: 1, true, yes): a miss, or a fall-back to
-    torch.compile on the declared inputs, raises CacheClientError (code ``miss``) naming why.
+    torch.compile on the declared inputs, raises HitRequired (a CacheClientError) naming why.
     Otherwise never raises for cache trouble: the model then compiles as usual.
     """
     return CompiledModel(model, tuple(args), dict(kwargs or {}), name=name, mode=mode, client=client, tags=tags,

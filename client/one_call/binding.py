@@ -4,17 +4,18 @@ The package reads the tensors it was bound to (runner.py: ``user_managed``), so 
 (``load_state_dict`` without ``assign``, ``copy_``, an optimizer step) are seen as they are. A
 replaced tensor is not: ``load_state_dict(sd, assign=True)``, ``param.data = t`` and
 ``module.weight = nn.Parameter(...)`` leave the package on the old storage, which it keeps alive.
-So before each call the binding checks that every bound tensor still has its storage (``.data =``
-keeps the object and swaps the storage: one ``data_ptr()`` per tensor, 44 us for 320 tensors on
-this 2-core VM, nothing for the mlp's 6) and, when any parameter or buffer was registered anywhere
-since the last check (torch's global registration hooks fire on ``module.weight = ...`` and on
-``load_state_dict(assign=True)``), that every slot still holds its bound object. A change is
-rebound when the new tensor has the bound one's shape, strides, dtype and device, else the call
-goes to torch.compile (compiled.py logs either once). Not seen: a tensor put straight into a
-module's ``_parameters`` dict, which no hook reports.
+So before each call the binding checks that every slot (a module's ``_parameters`` or ``_buffers``
+entry) still holds the object it was bound to: that sees ``module.weight = nn.Parameter(...)``,
+``load_state_dict(sd, assign=True)`` and a tensor written straight into the dict
+(``m._parameters["weight"] = p``, which no registration hook reports); and that every bound tensor
+still has its storage (``.data =`` keeps the object and swaps the storage). One ``dict.get`` and one
+``data_ptr()`` per tensor (bench/binding_check.py). A change is rebound when the new tensor has the
+bound one's shape, strides, dtype and device, else the call goes to torch.compile (compiled.py logs
+either once).
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, List, Optional, Tuple
 
 
@@ -39,23 +40,6 @@ def _slots(model: Any) -> List[Tuple[str, dict, str]]:
     return out
 
 
-#: bumped by torch's global parameter and buffer registration hooks (installed with the first Binding)
-_registrations = [0]
-_hooked: list = []
-
-
-def _registered(*_args: Any) -> None:
-    _registrations[0] += 1  # returns None: the hook leaves the tensor as it is
-
-
-def _hook_registrations() -> None:
-    if not _hooked:
-        from torch.nn.modules import module as nn_module
-
-        _hooked.append(nn_module.register_module_parameter_registration_hook(_registered))
-        _hooked.append(nn_module.register_module_buffer_registration_hook(_registered))
-
-
 def _layout(t: Any) -> tuple:
     return tuple(t.shape), tuple(t.stride()), t.dtype, t.device
 
@@ -64,7 +48,6 @@ class Binding:
     """The live tensors given to a runner: ``constants`` (fqn -> tensor), and ``changed()``."""
 
     def __init__(self, model: Any):
-        _hook_registrations()
         self.model = model
         self.constants: Dict[str, Any] = live_constants(model)
         self._take()
@@ -73,22 +56,22 @@ class Binding:
         import torch
 
         self._slots = _slots(self.model)
-        self._objects = [store.get(name) for _, store, name in self._slots]
+        # the dicts and names apart, for map(): the check is per call, so no Python loop per tensor
+        self._stores = [store for _, store, _ in self._slots]
+        self._names = [name for _, _, name in self._slots]
+        self._objects = list(map(dict.get, self._stores, self._names))
         self._data_ptr = torch.Tensor.data_ptr
         self._ptrs = list(map(self._data_ptr, self._objects))
-        self._seen = _registrations[0]
 
     def changed(self) -> Optional[str]:
         """None while every slot holds the object and storage it was bound to; else the first changed fqn."""
-        if self._seen != _registrations[0]:  # something was registered: are these slots still ours?
-            for (fqn, store, name), obj in zip(self._slots, self._objects):
-                if store.get(name) is not obj:
-                    return fqn
-            self._seen = _registrations[0]
+        now = list(map(dict.get, self._stores, self._names))
+        if any(map(operator.is_not, now, self._objects)):  # a slot holds another object (or None)
+            return next(fqn for (fqn, _, _), obj, was in zip(self._slots, now, self._objects) if obj is not was)
         ptrs = list(map(self._data_ptr, self._objects))
         if ptrs == self._ptrs:
             return None
-        return next(fqn for (fqn, _, _), now, was in zip(self._slots, ptrs, self._ptrs) if now != was)
+        return next(fqn for (fqn, _, _), now_ptr, was in zip(self._slots, ptrs, self._ptrs) if now_ptr != was)
 
     def refresh(self) -> Optional[str]:
         """Take the model's tensors as they are now. None when each has its bound one's layout (the

@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional
 from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support, verify as verify_mod
 from .binding import Binding
 from .runner import Runner
-from ..errors import CacheClientError
+from ..errors import CacheClientError, HitRequired
 from ..fingerprint import shape_signature
 
 log = logging.getLogger("cachesvc_client")
@@ -94,8 +94,8 @@ class CompiledModel:
         else:
             self.miss_reason = f"route torch: {self.route_reason}"
         if self._runner is None:
-            self._fell_back(self.miss_reason or "no published artifact for this key", declared=True)
             self._restore_snapshot()
+            self._fell_back(self._miss_cause(), declared=True)
         else:
             self._start_snapshot_restore()
 
@@ -134,6 +134,15 @@ class CompiledModel:
             self.snapshot = self.report
             return
         self.snapshot = self.client.restore(self.name, self.shape, self.tags, require_hit=False)
+
+    def _miss_cause(self) -> str:
+        """Why there is no package: the miss's reason, and what the process that compiled this key said
+        when its package failed (its snapshot's meta: support.PACKAGE_FAILED), so a restarted process
+        names the builder's cause (which node, why) rather than only "no package"."""
+        cause = self.miss_reason or "no published artifact for this key"
+        snapshot = getattr(self, "snapshot", None)
+        built = (snapshot.meta or {}).get(support.PACKAGE_FAILED) if snapshot is not None and snapshot.hit else None
+        return f"{cause}; the process that compiled it published no package: {built}" if built else cause
 
     def _start_snapshot_restore(self) -> None:
         """A hit: restore the key's snapshot in the background, so a call off the spec (another batch
@@ -256,8 +265,8 @@ class CompiledModel:
     def _fell_back(self, why: str, *, declared: bool) -> None:
         """One line per cause; ``declared``: on the inputs the key was built for (require_hit refuses those)."""
         if self.require_hit and declared:
-            raise CacheClientError(f"cachesvc compile {self.name}: a hit is required ({support.REQUIRE_HIT_VAR} "
-                                   f"or require_hit=True) and torch.compile would serve it: {why}", code="miss")
+            raise HitRequired(f"cachesvc compile {self.name}: a hit is required ({support.REQUIRE_HIT_VAR} "
+                              f"or require_hit=True) and torch.compile would serve it: {why}", report=self.report)
         if why in self.calls.causes:
             return
         self.calls.causes.append(why)

@@ -79,8 +79,11 @@ class Publisher:
 
     def _run(self) -> None:
         c = self.compiled
+        # an export that failed is known before the snapshot goes: its version carries the cause, so a
+        # restarted process that finds no package says why (compiled.py), not only "no package"
+        meta = {support.PACKAGE_FAILED: self._not_exported[:support.META_CHARS]} if self._not_exported else None
         try:
-            self.result["snapshot"] = c.client.publish(c.name, c.shape, c.tags).to_dict()
+            self.result["snapshot"] = c.client.publish(c.name, c.shape, c.tags, meta=meta).to_dict()
         except Exception as exc:  # noqa: BLE001 - a failed publish never hurts the serving process
             self.result["snapshot"] = {"error": _why(exc)}
             log.warning("cachesvc compile %s: the snapshot publish failed: %s", c.name, _why(exc))

@@ -20,6 +20,9 @@ LOADER_API = ("run", "load_constants", "get_constant_fqns", "get_call_spec")
 CONSTANTS = "live"
 ROUTE_VAR = "CACHESVC_COMPILE_ROUTE"  # aoti | torch: force a route (benchmarks, debugging)
 ROUTES = ("aoti", "torch")
+#: the snapshot's meta key where the process that compiled a key says why it published no package
+PACKAGE_FAILED = "package_failed"
+META_CHARS = 1000  # the service's bound on a meta value
 #: a miss or a fall-back to torch.compile on the declared inputs is an error (CacheClient.restore shares it)
 
 

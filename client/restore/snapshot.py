@@ -87,6 +87,7 @@ def _accept(report: RestoreReport, answer: dict, *, cache_dir: str, extra: Optio
     files, version = answer["files"], answer["version"]
     report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
     report.versions = [version["id"]]
+    report.meta = dict(version["meta"])  # what the publisher said of it (the one call: why it has no package)
     if answer["fallback"]:
         fallback = answer["fallback"]
         report.fallback, report.reason = fallback["step"], answer["reason"]

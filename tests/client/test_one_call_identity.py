@@ -98,7 +98,7 @@ def test_the_code_key_is_the_same_in_every_process():
                                                     identity.config_fingerprint(tiny())]
 
 
-@pytest.mark.parametrize("how", ["assign", "data", "param"])
+@pytest.mark.parametrize("how", ["assign", "data", "param", "dict"])
 def test_the_binding_sees_a_replaced_tensor_and_takes_it_when_it_fits(how):
     model = tiny()
     binding = Binding(model)
@@ -111,11 +111,27 @@ def test_the_binding_sees_a_replaced_tensor_and_takes_it_when_it_fits(how):
         model.load_state_dict({**model.state_dict(), "fc1.weight": new}, assign=True)
     elif how == "data":
         model.fc1.weight.data = new
-    else:
+    elif how == "param":
         model.fc1.weight = torch.nn.Parameter(new)
+    else:  # straight into the dict: no registration hook fires
+        model.fc1._parameters["weight"] = torch.nn.Parameter(new)
     assert binding.changed() == "fc1.weight"
     assert binding.refresh() is None and binding.changed() is None
     assert binding.constants["fc1.weight"].data_ptr() == new.data_ptr()
+
+
+def test_the_binding_sees_a_buffer_written_straight_into_buffers():
+    model = tiny()
+    model.act.register_buffer("scale", torch.ones(16))
+    binding = Binding(model)
+    new = torch.full((16,), 2.0)
+    model.act._buffers["scale"] = new  # no registration hook fires
+    assert binding.changed() == "act.scale"
+    assert binding.refresh() is None and binding.changed() is None
+    assert binding.constants["act.scale"].data_ptr() == new.data_ptr()
+    model.act._buffers["scale"] = None  # gone: not a tensor the package can run on
+    assert binding.changed() == "act.scale"
+    assert "not the ones it was built with" in binding.refresh()
 
 
 def test_a_replaced_tensor_of_another_shape_cannot_be_rebound():

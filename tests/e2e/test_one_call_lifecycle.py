@@ -14,10 +14,17 @@ Restarted containers then check:
   is another key: a miss that torch.compile serves, equal to eager;
 - weights replaced after the first call (``load_state_dict(assign=True)``, ``.data =``, a new
   ``nn.Parameter``) are seen at the next call: the package is rebound and equals eager;
-- ``verify=True`` checks the first call against eager; ``CACHESVC_REQUIRE_HIT=1`` makes a miss an error.
+- ``verify=True`` checks the first call against eager, and a package that differs from it (built for
+  code whose helper in another file, which the key does not follow, now returns another constant)
+  is set aside: torch.compile answers, and says why once;
+- ``require_hit`` (the argument, or ``CACHESVC_REQUIRE_HIT=1``) makes a miss, or a hit that falls
+  back on the declared inputs, raise HitRequired naming why;
+- a builder whose torch.export failed leaves the cause on its snapshot, and a restarted process that
+  misses the package names it.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -30,9 +37,13 @@ from harness.service import ServiceProcess
 pytestmark = pytest.mark.slow
 TOL = 1e-4
 TINYNET = '''import os
+import sys
 
 import torch
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(__file__))
+from tinyhelp import offset  # noqa: E402 - a helper in another file of the deploy's code
 
 
 class Tiny(nn.Module):
@@ -43,8 +54,14 @@ class Tiny(nn.Module):
         self.fc2 = nn.Linear(128, 16)
 
     def forward(self, x):
-        return self.fc2(self.act(torch.{fn}(self.fc1(x)) - 0.5))
+        h = torch.{fn}(self.fc1(x)) - offset(){branch}
+        return self.fc2(self.act(h))
 '''
+#: the deploys' code: the built one (relu), another forward (tanh), a helper in another file that the key
+#: does not follow returning another constant (shifted: the package's answer is wrong; verify=True sees it),
+#: and a branch on a tensor's value (torch.compile breaks the graph there; torch.export refuses it)
+CODE = {"relu": ("relu", 0.5, ""), "tanh": ("tanh", 0.5, ""), "shifted": ("relu", 1.5, ""),
+        "noexport": ("relu", 0.5, "\n        if h.sum() > 0:\n            h = h * 2")}
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +74,11 @@ def built(tmp_path_factory):
         pytest.skip(why)
     base = tmp_path_factory.mktemp("one-call-life")
     code = {}
-    for fn in ("relu", "tanh"):
-        (base / fn).mkdir()
-        (base / fn / "tinynet.py").write_text(TINYNET.format(fn=fn))
-        code[fn] = str(base / fn)
+    for name, (fn, offset, branch) in CODE.items():
+        (base / name).mkdir()
+        (base / name / "tinynet.py").write_text(TINYNET.format(fn=fn, branch=branch))
+        (base / name / "tinyhelp.py").write_text(f"def offset():\n    return {offset}\n")
+        code[name] = str(base / name)
     with ServiceProcess(base / "svc") as svc:
         ctr = Container(base / "containers")
         args = ("--model", "tiny", "--one-call", "--publish", "--no-wait", "--warm-batch", "4")
@@ -75,6 +93,18 @@ def run(built, *flags, code="relu", **env):
     svc, ctr, paths, _ = built
     return ctr.run_worker("--model", "tiny", "--one-call", *flags, **svc.client_env(), DEMO_MODEL_DIR=paths[code],
                           **env)
+
+
+def run_logged(built, *flags, code="relu", ctr=None, **env):
+    """As ``run``, in ``ctr`` (default the restarted container); returns (RESULT dict, stderr), or
+    (None, stderr) when the worker failed."""
+    svc, restarted, paths, _ = built
+    ctr = ctr or restarted
+    done = subprocess.run(ctr._worker_cmd(("--model", "tiny", "--one-call", *flags)),
+                          env=ctr.env(**svc.client_env(), DEMO_MODEL_DIR=paths[code], **env),
+                          capture_output=True, text=True, timeout=900)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return (json.loads(lines[-1][len("RESULT "):]) if done.returncode == 0 and lines else None), done.stderr
 
 
 def test_a_process_that_exits_right_after_its_first_call_still_publishes(built):
@@ -124,7 +154,7 @@ def test_another_forward_or_setting_is_another_key(built, flags, code, env, chan
     assert r["compile"]["why"] == r["compile"]["miss_reason"] and r["compile"]["why"], r["compile"]
 
 
-@pytest.mark.parametrize("how", ["assign", "data", "param"])
+@pytest.mark.parametrize("how", ["assign", "data", "param", "dict"])
 def test_replaced_weights_are_seen_at_the_next_call(built, how):
     r = run(built, "--replace-weights", how)
     assert r["compile"]["source"] == "artifact", r["compile"]
@@ -138,8 +168,49 @@ def test_verify_checks_the_first_call_against_eager(built):
     assert r["compile"]["verify_s"] is not None and r["max_abs_diff"] < TOL, r["compile"]
 
 
+def test_verify_sends_a_package_that_differs_from_eager_to_torch_compile(built):
+    """The fault: a package served to a process whose code differs where the key does not look (a helper
+    in another file returns 1.5, not 0.5): the same key, a hit, and a wrong package. verify=True's first
+    call compares it with eager: the call returns torch.compile's answer, says why once, keeps it in calls."""
+    r, err = run_logged(built, "--verify-first", "--steps", "2", code="shifted")
+    assert r is not None, err[-3000:]
+    c = r["compile"]
+    assert c["calls"] == {"artifact": 0, "torch.compile": 3}, c  # the first call and both steps
+    assert c["why"].startswith("the package's first output differs from eager's: output 0: "), c
+    assert c["causes"] == [c["why"]] and any(c["why"] in w for w in c["report_warnings"]), c
+    assert r["max_abs_diff"] < TOL, r  # the first output is torch.compile's, equal to eager
+    assert err.count("differs from eager's") == 1, err[-3000:]
+
+
+@pytest.mark.parametrize("how", [("--require-hit",), ()])
+def test_require_hit_refuses_a_hit_that_falls_back_on_the_declared_inputs(built, how):
+    env = {} if how else {"CACHESVC_REQUIRE_HIT": "1"}
+    r, err = run_logged(built, "--verify-first", *how, code="shifted", **env)
+    assert r is None, r
+    assert "HitRequired: cachesvc compile tiny: a hit is required" in err, err[-3000:]
+    assert "the package's first output differs from eager's" in err, err[-3000:]
+
+
+def test_a_restarted_process_says_why_its_builder_published_no_package(built):
+    """Two processes on one key: the builder's torch.export fails (a branch on a tensor's value); its
+    snapshot carries the cause, and the restarted process, which misses the package, names it once."""
+    svc, ctr, _, _ = built
+    builder, err = run_logged(built, "--publish", code="noexport", ctr=Container(ctr.root.parent, "builder"))
+    assert builder is not None, err[-3000:]
+    failed = builder["publish"]["artifact"]["error"]
+    assert failed.startswith("torch.export failed: "), builder["publish"]
+    r, err = run_logged(built, code="noexport")
+    assert r is not None, err[-3000:]
+    c = r["compile"]
+    assert c["source"] == "compiled" and c["calls"] == {"artifact": 0, "torch.compile": 1}, c
+    assert c["why"].endswith(f"; the process that compiled it published no package: {failed}"), c
+    assert c["causes"] == [c["why"]] and any(c["why"] in w for w in c["report_warnings"]), c
+    assert err.count("published no package") == 1, err[-3000:]
+    assert r["max_abs_diff"] < TOL
+
+
 def test_require_hit_makes_a_miss_an_error_naming_why(built):
-    with pytest.raises(Exception) as failed:
-        run(built, code="tanh", CACHESVC_REQUIRE_HIT="1")
-    assert "a hit is required" in str(failed.value) and "no entry has this key" in str(failed.value), failed.value
+    r, err = run_logged(built, code="tanh", CACHESVC_REQUIRE_HIT="1")
+    assert r is None, r
+    assert "HitRequired: cachesvc compile tiny: a hit is required" in err and "no entry has this key" in err, err[-3000:]
     assert run(built, CACHESVC_REQUIRE_HIT="yes")["compile"]["source"] == "artifact"  # a hit passes

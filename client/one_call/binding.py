@@ -9,7 +9,7 @@ entry) still holds the object it was bound to: that sees ``module.weight = nn.Pa
 ``load_state_dict(sd, assign=True)`` and a tensor written straight into the dict
 (``m._parameters["weight"] = p``, which no registration hook reports); and that every bound tensor
 still has its storage (``.data =`` keeps the object and swaps the storage). One ``dict.get`` and one
-``data_ptr()`` per tensor (bench/binding_check.py). A change is rebound when the new tensor has the
+``data_ptr()`` per tensor (bench/probes/binding_check.py). A change is rebound when the new tensor has the
 bound one's shape, strides, dtype and device, else the call goes to torch.compile (compiled.py logs
 either once).
 """

@@ -1,10 +1,10 @@
 """What the one call's per-call check that a hit still runs on the model's tensors costs (one_call/binding.py).
 
-    python bench/binding_check.py [--out bench/results/binding-check-cpu.json]
+    python bench/probes/binding_check.py [--out bench/results/binding-check-cpu.json]
 
 ``Binding.changed()`` runs before every call a package serves: one ``dict.get`` per parameter and buffer
 slot (a tensor written straight into ``_parameters``/``_buffers`` is another object there) and one
-``data_ptr()`` per bound tensor (``.data =`` swaps the storage). Timed on demo/models.py's mlp and on a
+``data_ptr()`` per bound tensor (``.data =`` swaps the storage). Timed on harness/models.py's mlp and on a
 stack of 160 Linear layers (320 tensors, a transformer's count at these sizes), against the storage
 pointers alone (what the check cost before it looked at the slots). Median of 7 repeats of 2,000 calls.
 """
@@ -17,7 +17,7 @@ import sys
 import timeit
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def per_call_us(fn, number: int = 2000, repeat: int = 7) -> float:
@@ -31,7 +31,7 @@ def main() -> None:
     import torch
 
     from cachesvc_client.one_call.binding import Binding
-    from demo.models import build
+    from harness.models import build
 
     torch.set_num_threads(1)
     models = {"mlp": build("mlp")[0], "linear160": torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(160)])}

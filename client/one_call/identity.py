@@ -8,8 +8,11 @@ model when ``forward`` changed (relu to tanh) or a setting did (``LeakyReLU(0.01
   MRO outside torch), of the functions and classes those methods reach through their globals in
   their own file (helpers, followed to any depth) and of plain module-level values they read
   (``SLOPE = 0.1``), of closures and default values, and of the hooks registered on the modules.
-  Code in other files is not followed (transformers' BERT reaches 8 s of its library that way): a
-  helper moved to another file of the model's package is keyed by its caller's code only. Bytecode, not source: it needs no source files and leaves
+  Code in the deploy's other files is followed too (``from helpers import offset``, ``import helpers;
+  helpers.offset()``); code of an installed distribution (a file under site-packages) is keyed by the
+  distribution's name and version instead of its bytecode (transformers' BERT reaches 8 s of its library
+  when followed). Not keyed: tensors held in module-level globals, and an installed package whose
+  files changed under the same version (``verify=True`` is the check for those). Bytecode, not source: it needs no source files and leaves
   out line numbers and file paths (a comment or a moved file is the same model), and its digest is
   the same in every process (a frozenset constant is hashed in sorted order, never in set order).
   torch's own code is left out: the key's environment holds torch's version.
@@ -24,9 +27,11 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import importlib.metadata
 import json
 import sys
 import types
+from pathlib import Path
 from typing import Any, Callable, Optional, Set
 
 FINGERPRINT_CHARS = 16
@@ -47,12 +52,41 @@ def _covered(module_name: Optional[str]) -> bool:
     return top in COVERED or top in getattr(sys, "stdlib_module_names", ())
 
 
+#: where pip puts installed distributions: their code is keyed by version, not followed
+INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
+
+
+def _installed(module_name: str, target: Any = None) -> bool:
+    """Whether the code comes from an installed distribution's file; unknown is not (it is followed)."""
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    if file is None:  # a module no longer in sys.modules: the function's own file
+        file = getattr(getattr(target, "__code__", None), "co_filename", None)
+    return file is not None and not INSTALLED_DIRS.isdisjoint(Path(file).parts)
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict:
+    return importlib.metadata.packages_distributions()
+
+
+def _versions(top: str) -> str:
+    """The installed distributions that provide the top-level package ``top``, with their versions."""
+    found = []
+    for dist in sorted(set(_distributions().get(top, ()))):
+        try:
+            found.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{dist}==?")
+    return ",".join(found) or "-"
+
+
 class _Walker:
     """Feeds one sha256 with the code a model runs; each function and class once."""
 
     def __init__(self) -> None:
         self.h = hashlib.sha256()
         self.seen: Set[int] = set()
+        self.libraries: Set[str] = set()
         self.count = 0
 
     def put(self, text: str) -> None:
@@ -99,10 +133,42 @@ class _Walker:
             else:
                 self.put(f"const {_const(const)}")
         home = globals_.get("__name__")
-        for name in code.co_names:  # what the code reaches in its own file: helpers, classes, settings
+        for name in code.co_names:  # what the code reaches through its globals: helpers, classes, settings
             target = globals_.get(name)
-            if getattr(target, "__module__", None) == home or not callable(target):
+            if isinstance(target, types.ModuleType):  # `import helpers; helpers.offset()`
+                self.module(target, code.co_names)
+            elif getattr(target, "__module__", None) == home or not callable(target):
                 self.value(target)
+            else:  # `from helpers import offset`: another file's code
+                self.foreign(target)
+
+    def foreign(self, target: Any) -> None:
+        module = getattr(target, "__module__", None)
+        if not isinstance(module, str) or _covered(module):
+            return
+        if _installed(module, target):
+            self.library(module)
+        else:
+            self.value(target)
+
+    def module(self, module: types.ModuleType, names: tuple) -> None:
+        """A module the code reaches by name: the attributes the code may read of it."""
+        if _covered(module.__name__):
+            return
+        file = getattr(module, "__file__", None)
+        if file is not None and not INSTALLED_DIRS.isdisjoint(Path(file).parts):
+            self.library(module.__name__)
+            return
+        for name in names:
+            if name in vars(module):
+                self.put(f"module {module.__name__}.{name}")
+                self.value(vars(module)[name])
+
+    def library(self, module_name: str) -> None:
+        top = module_name.split(".", 1)[0]
+        if top not in self.libraries:
+            self.libraries.add(top)
+            self.put(f"library {top} {_versions(top)}")
 
     def value(self, value: Any) -> None:
         if isinstance(value, type):

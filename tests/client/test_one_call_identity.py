@@ -62,6 +62,63 @@ def test_another_helper_or_constant_reached_from_forward_is_another_code_key(oth
     assert changed[1] != base[1] and changed[2] == base[2]
 
 
+HELPER_CALLER = '''
+import torch
+from torch import nn
+{imports}
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x) - {call}
+'''
+
+
+def deployed(tmp_path, name, offset, style):
+    """Tiny from a folder of two files, as a deploy has them: the model's file imports a helper from the
+    other (``from tinyhelp import offset`` or ``import tinyhelp``), each deploy's files under the same
+    module names."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "tinyhelp.py").write_text(f"def offset():\n    return {offset}\n")
+    imports, call = {"from": ("from tinyhelp import offset", "offset()"),
+                     "module": ("import tinyhelp", "tinyhelp.offset()")}[style]
+    (folder / "tinynet.py").write_text(HELPER_CALLER.format(imports=imports, call=call))
+    sys.path.insert(0, str(folder))
+    try:
+        for module in ("tinyhelp", "tinynet"):
+            sys.modules.pop(module, None)
+        import tinynet
+        return tinynet.Tiny()
+    finally:
+        sys.path.remove(str(folder))
+        for module in ("tinyhelp", "tinynet"):
+            sys.modules.pop(module, None)
+
+
+@pytest.mark.parametrize("style", ["from", "module"])
+def test_a_helper_changed_in_another_file_of_the_deploy_is_another_code_key(tmp_path, style):
+    """The helper lives in another file the model imports: its code is followed there too."""
+    same = keys(deployed(tmp_path, "a", 0.5, style)), keys(deployed(tmp_path, "b", 0.5, style))
+    assert same[0] == same[1]
+    changed = keys(deployed(tmp_path, "c", 1.5, style))
+    assert changed[0] == same[0][0] and changed[1] != same[0][1]
+
+
+def test_an_installed_librarys_code_is_keyed_by_its_version_not_followed():
+    """Code from a file under site-packages: the distribution's name and version are in the key."""
+    import importlib.metadata
+
+    walker = identity._Walker()
+    walker.foreign(pytest.importorskip("yaml").safe_load)
+    assert walker.libraries == {"yaml"} and walker.count == 0  # nothing of its bytecode walked
+    assert identity._versions("yaml") == f"PyYAML=={importlib.metadata.version('PyYAML')}"
+
+
 def test_another_setting_is_another_config_key():
     base, changed = keys(tiny()), keys(tiny(slope=0.9))  # LeakyReLU(0.01) -> LeakyReLU(0.9)
     assert changed[:2] == base[:2] and changed[2] != base[2]

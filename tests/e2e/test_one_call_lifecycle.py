@@ -43,7 +43,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.join(os.path.dirname(__file__), "site-packages"))
 from tinyhelp import offset  # noqa: E402 - a helper in another file of the deploy's code
+from tinylib import scale  # noqa: E402 - an installed library's (site-packages): keyed by its version only
 
 
 class Tiny(nn.Module):
@@ -54,14 +56,17 @@ class Tiny(nn.Module):
         self.fc2 = nn.Linear(128, 16)
 
     def forward(self, x):
-        h = torch.{fn}(self.fc1(x)) - offset(){branch}
+        h = torch.{fn}(self.fc1(x)) * scale() - offset(){branch}
         return self.fc2(self.act(h))
 '''
-#: the deploys' code: the built one (relu), another forward (tanh), a helper in another file that the key
-#: does not follow returning another constant (shifted: the package's answer is wrong; verify=True sees it),
-#: and a branch on a tensor's value (torch.compile breaks the graph there; torch.export refuses it)
-CODE = {"relu": ("relu", 0.5, ""), "tanh": ("tanh", 0.5, ""), "shifted": ("relu", 1.5, ""),
-        "noexport": ("relu", 0.5, "\n        if h.sum() > 0:\n            h = h * 2")}
+#: the deploys' code (forward's function, the helper's constant, the global tensor, a branch): the built
+#: one (relu), another forward (tanh), the helper in another file returning another constant (shifted:
+#: the key follows it), a library file under site-packages patched under the same version (rescaled: the
+#: key holds the library's version, not its code, so the package's answer is wrong; verify=True sees it),
+#: and a branch on a tensor's value (torch.export refuses it)
+CODE = {"relu": ("relu", 0.5, 1.0, ""), "tanh": ("tanh", 0.5, 1.0, ""), "shifted": ("relu", 1.5, 1.0, ""),
+        "rescaled": ("relu", 0.5, 2.0, ""),
+        "noexport": ("relu", 0.5, 1.0, "\n        if h.sum() > 0:\n            h = h * 2")}
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +79,12 @@ def built(tmp_path_factory):
         pytest.skip(why)
     base = tmp_path_factory.mktemp("one-call-life")
     code = {}
-    for name, (fn, offset, branch) in CODE.items():
+    for name, (fn, offset, scale, branch) in CODE.items():
         (base / name).mkdir()
-        (base / name / "tinynet.py").write_text(TINYNET.format(fn=fn, branch=branch))
+        (base / name / "tinynet.py").write_text(TINYNET.format(fn=fn, scale=scale, branch=branch))
         (base / name / "tinyhelp.py").write_text(f"def offset():\n    return {offset}\n")
+        (base / name / "site-packages").mkdir()
+        (base / name / "site-packages" / "tinylib.py").write_text(f"def scale():\n    return {scale}\n")
         code[name] = str(base / name)
     with ServiceProcess(base / "svc") as svc:
         ctr = Container(base / "containers")
@@ -145,6 +152,7 @@ def test_package_hits_count_as_hits_in_the_stats(built):
 @pytest.mark.parametrize("flags, code, env, changed", [
     ((), "tanh", {}, "code"),                        # forward calls tanh, not relu: same names and shapes
     ((), "relu", {"TINY_SLOPE": "0.9"}, "config"),   # LeakyReLU(0.9), not LeakyReLU(0.01)
+    ((), "shifted", {}, "code"),                     # the helper in tinyhelp.py returns 1.5, not 0.5
 ])
 def test_another_forward_or_setting_is_another_key(built, flags, code, env, changed):
     r = run(built, *flags, code=code, **env)
@@ -169,10 +177,11 @@ def test_verify_checks_the_first_call_against_eager(built):
 
 
 def test_verify_sends_a_package_that_differs_from_eager_to_torch_compile(built):
-    """The fault: a package served to a process whose code differs where the key does not look (a helper
-    in another file returns 1.5, not 0.5): the same key, a hit, and a wrong package. verify=True's first
+    """The fault: a package served to a process whose model differs where the key does not look (a file of
+    an installed library patched under the same version returns 2.0, not 1.0): the same key, a hit, and a
+    wrong package. verify=True's first
     call compares it with eager: the call returns torch.compile's answer, says why once, keeps it in calls."""
-    r, err = run_logged(built, "--verify-first", "--steps", "2", code="shifted")
+    r, err = run_logged(built, "--verify-first", "--steps", "2", code="rescaled")
     assert r is not None, err[-3000:]
     c = r["compile"]
     assert c["calls"] == {"artifact": 0, "torch.compile": 3}, c  # the first call and both steps
@@ -185,7 +194,7 @@ def test_verify_sends_a_package_that_differs_from_eager_to_torch_compile(built):
 @pytest.mark.parametrize("how", [("--require-hit",), ()])
 def test_require_hit_refuses_a_hit_that_falls_back_on_the_declared_inputs(built, how):
     env = {} if how else {"CACHESVC_REQUIRE_HIT": "1"}
-    r, err = run_logged(built, "--verify-first", *how, code="shifted", **env)
+    r, err = run_logged(built, "--verify-first", *how, code="rescaled", **env)
     assert r is None, r
     assert "HitRequired: cachesvc compile tiny: a hit is required" in err, err[-3000:]
     assert "the package's first output differs from eager's" in err, err[-3000:]

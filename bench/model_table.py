@@ -28,7 +28,8 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -46,13 +47,22 @@ def row_model(model: str, dtype: str) -> str:
     return model + DTYPE_SUFFIX[dtype]
 
 
-def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int) -> Dict:
-    """The four containers of one row; returns their results and the ratios."""
+def run_seed(work: Path, svc, model: str, mode: str, device: str) -> Dict:
+    """The row's seed container: the one call on a miss (torch.compile, the package built and published)."""
+    seed_ctr = Container(work / "containers", f"seed-{model}-{mode}")
+    return seed_ctr.run_worker("--model", model, "--mode", mode, "--device", device, "--one-call", "--publish",
+                               timeout=1800, **svc.client_env())
+
+
+def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, seed: Optional[Dict] = None) -> Dict:
+    """The four containers of one row (the seed's already run when ``seed`` is given); returns their
+    results and the ratios."""
     flags = ["--model", model, "--mode", mode, "--device", device]
     timed = [*flags, "--steps", str(steps)]
     stem = f"{model}-{mode}"
     seed_ctr = Container(work / "containers", f"seed-{stem}")
-    seed = seed_ctr.run_worker(*flags, "--one-call", "--publish", timeout=1800, **svc.client_env())
+    if seed is None:
+        seed = run_seed(work, svc, model, mode, device)
     os.sync()  # the seed's writes flushed now, not in the middle of the next container's start
     floor = seed_ctr.run_worker(*timed)
     eager = Container(work / "containers", f"eager-{stem}").run_worker(*timed, "--eager")
@@ -71,6 +81,20 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int) -> 
     for ctr in ("seed", "eager", "restart"):
         shutil.rmtree(work / "containers" / f"{ctr}-{stem}", ignore_errors=True)
     return row
+
+
+def _parallel_seeds(work: Path, svc, rows: List[Tuple[str, str]], args: argparse.Namespace) -> Dict:
+    """Every row's seed, ``--parallel-seeds`` at a time: (model, mode) -> the seed's result or its error.
+    Only the seeds overlap (their build seconds then include the others' load); what the table compares
+    (eager, the restart, torch.compile's steady state) runs later, one container at a time."""
+    def one(row: Tuple[str, str]):
+        try:
+            return run_seed(work, svc, row[0], row[1], args.device)
+        except RuntimeError as exc:
+            return exc
+
+    with ThreadPoolExecutor(args.parallel_seeds) as pool:
+        return dict(zip(rows, pool.map(one, rows)))
 
 
 def plan(args: argparse.Namespace) -> List[Tuple[str, str]]:
@@ -110,6 +134,9 @@ def main(argv=None) -> List[Dict]:
     p.add_argument("--out", default=None, help="write the JSON here (after every row)")
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed)")
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
+    p.add_argument("--parallel-seeds", type=int, default=1,
+                   help="run the rows' seeds (compile, build, publish: minutes each) N at a time first, then "
+                        "each row's timed containers one after another, alone on the machine")
     args = p.parse_args(argv)
     work = workdir(args.workdir, "bench-model-table-")
     svc_env = service_source(args.service_ref, work / "service-src")
@@ -117,9 +144,13 @@ def main(argv=None) -> List[Dict]:
     t0 = time.monotonic()
     try:
         with service(work / "svc", svc_env) as svc:
+            seeds = _parallel_seeds(work, svc, plan(args), args) if args.parallel_seeds > 1 else {}
             for model, mode in plan(args):
                 try:
-                    rows.append(run_row(work, svc, model, mode, args.device, args.steps))
+                    seed = seeds.get((model, mode))
+                    if isinstance(seed, BaseException):
+                        raise seed
+                    rows.append(run_row(work, svc, model, mode, args.device, args.steps, seed))
                 except RuntimeError as exc:  # a worker that failed: the row says so, the table goes on
                     rows.append({"model": model, "mode": mode, "error": " ".join(str(exc).split())[-300:]})
                 r = rows[-1]

@@ -104,6 +104,16 @@ def pytest_generate_tests(metafunc) -> None:
             metafunc.parametrize(name, values, indirect=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (registered after this conftest, so called first otherwise)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope`` hands out the longest modules first (tests/scheduling.py says why)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from tests.scheduling import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 # --------------------------------------------------------------------------- S3
 
 

@@ -115,3 +115,45 @@ def nginx_front(run: Path, host: str, port: int, app) -> Iterator[str]:
             proc.wait()
         if short is not None:
             shutil.rmtree(short, ignore_errors=True)
+
+
+#: how much of an unread body is read and dropped at a time
+DRAIN_CHUNK = 1 << 20
+
+
+class _Drained:
+    """A response iterable whose close() first reads and drops what is left of the request's body."""
+
+    def __init__(self, body, stream):
+        self.body, self.stream = body, stream
+
+    def __iter__(self):
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            while self.stream.read(DRAIN_CHUNK):
+                pass
+        except (OSError, ValueError):  # nginx gave up on it: nothing left to keep from a reset
+            pass
+        finally:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+
+
+def drain_unread_bodies(app):
+    """``app`` as gunicorn runs it behind nginx. The app may answer before it reads a body (a 401 from the
+    headers, its own 413); gunicorn then closed the socket with the body unread, the kernel reset it, and
+    nginx, still sending, answered 502 instead (2-4 tries in 15 with 8-32 MiB). nginx has read the whole
+    body and bounded it by the route's limit, and sends it over a local socket, so reading the rest after
+    the answer is cheap and bounded; a request without a body keeps its response as it is (sendfile)."""
+
+    def wsgi(environ, start_response):
+        body = app(environ, start_response)
+        if environ.get("CONTENT_LENGTH", "0") in ("", "0") and "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", ""):
+            return body
+        return _Drained(body, environ["wsgi.input"])
+
+    return wsgi
+

@@ -23,7 +23,7 @@ from typing import Iterator
 import click
 
 from .failures import Failure
-from .proxy import SOCKET_PATH_MAX, nginx_front
+from .proxy import SOCKET_PATH_MAX, drain_unread_bodies, nginx_front
 from ..config import Settings
 
 
@@ -98,7 +98,7 @@ def _gunicorn(app, settings: Settings, bind: str, workers: int, threads: int, co
                     self.cfg.set("control_socket_disable", True)
 
         def load(self):
-            return app
+            return drain_unread_bodies(app) if bind.startswith("unix:") else app  # behind nginx
 
     server = _Server()
     front = " (nginx in front)" if bind.startswith("unix:") else ""

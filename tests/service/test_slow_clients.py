@@ -91,3 +91,20 @@ def test_a_body_past_a_json_routes_limit_is_the_apps_413_through_nginx(tmp_path,
         ok = session.post(svc.url + "/api/v1/verdicts", json={"versions": [1], "verdict": "paid_off"},
                           headers={"Authorization": f"Bearer {svc.token}"}, timeout=10)
         assert ok.status_code == 404 and ok.json()["error"]["code"] == "not_found"  # a body within bounds goes through
+
+
+def test_a_body_the_app_refuses_unread_is_its_answer_through_nginx_not_a_502(tmp_path, nginx):
+    """A body within the route's limit that the app refuses before reading it (a blob PUT without a
+    token: a 401 from the headers) left gunicorn closing a socket with the body unread; the reset came
+    back through nginx as a 502 in some tries. Behind nginx (which has read and bounded the body) the
+    rest is read and dropped after the answer, so the app's own answer arrives."""
+    with ServiceProcess(tmp_path / "svc", env={"CACHESVC_SERVE_PROXY": "1"}, workers=1) as svc:
+        session = requests.Session()
+        digest = "0" * 64
+        for n in [8 << 20] * 12 + [32 << 20] * 3:
+            resp = session.put(f"{svc.url}/api/v1/blobs/{digest}", data=b"x" * n, timeout=60,
+                               headers={"Content-Type": "application/octet-stream"})
+            assert resp.status_code == 401, (n, resp.status_code, resp.text[:200])
+            assert resp.json()["error"]["code"] == "unauthorized", resp.text
+        ok = session.get(svc.url + "/healthz", timeout=10)
+        assert ok.status_code == 200

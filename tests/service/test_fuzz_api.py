@@ -52,12 +52,14 @@ CHECKS = [not_a_server_error, response_schema_conformance, status_code_conforman
 #: Every operation in the document; test_every_documented_operation_is_fuzzed keeps this list honest.
 OPERATIONS = [
     "GET /healthz",
+    "GET /readyz",
     "GET /metrics",
     "POST /api/v1/versions",
     "GET /api/v1/versions/{version_id}",
     "POST /api/v1/versions/{version_id}/commit",
     "PUT /api/v1/blobs/{sha256}",
     "GET /api/v1/blobs/{sha256}",
+    "POST /api/v1/blobs/{sha256}/damaged",
     "POST /api/v1/versions/{version_id}/packs",
     "POST /api/v1/versions/{version_id}/uploads",
     "PUT /api/v1/packs/{sha256}",

@@ -56,12 +56,17 @@ def _covered(module_name: Optional[str]) -> bool:
 INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
 
 
+def _installed_file(file: Optional[str]) -> bool:
+    """Whether ``file`` is an installed distribution's; unknown (None) is not (its code is followed)."""
+    return file is not None and not INSTALLED_DIRS.isdisjoint(Path(file).parts)
+
+
 def _installed(module_name: str, target: Any = None) -> bool:
     """Whether the code comes from an installed distribution's file; unknown is not (it is followed)."""
     file = getattr(sys.modules.get(module_name), "__file__", None)
     if file is None:  # a module no longer in sys.modules: the function's own file
         file = getattr(getattr(target, "__code__", None), "co_filename", None)
-    return file is not None and not INSTALLED_DIRS.isdisjoint(Path(file).parts)
+    return _installed_file(file)
 
 
 @functools.lru_cache(maxsize=1)
@@ -155,8 +160,7 @@ class _Walker:
         """A module the code reaches by name: the attributes the code may read of it."""
         if _covered(module.__name__):
             return
-        file = getattr(module, "__file__", None)
-        if file is not None and not INSTALLED_DIRS.isdisjoint(Path(file).parts):
+        if _installed_file(getattr(module, "__file__", None)):
             self.library(module.__name__)
             return
         for name in names:

@@ -20,6 +20,7 @@ import pytest
 from cachesvc_client import __version__
 from cachesvc_client.report import RestoreReport
 from cachesvc_client.verify import judge, record_verdict
+from harness.containers import inherited_env
 from tests.client.test_artifacts import one_backend
 from tests.helpers import ENV, foreign_web_server, key, publish
 
@@ -33,7 +34,7 @@ def container(tmp_path: Path, name: str = "ctr") -> Dict[str, str]:
     root = tmp_path / name
     for sub in ("home", "tmp"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))}
+    env = inherited_env(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))
     env.update(HOME=str(root / "home"), TMPDIR=str(root / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(root / "cache"))
     return env
 

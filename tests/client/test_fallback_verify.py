@@ -11,6 +11,7 @@ import pytest
 from cachesvc_client import CacheClient
 from cachesvc_client.report import describe_differences
 from cachesvc_client.verify import judge
+from harness.containers import inherited_env
 from tests.client.test_publish_restore import enter_container, write
 from tests.helpers import ENV
 
@@ -49,7 +50,7 @@ def test_a_miss_reports_logs_and_prints_the_nearest_entries_and_what_differs(liv
     assert "nearest: entry" in report.summary() and "torch 2.13.1 != 2.13.0+cpu" in report.summary()
     assert "torch 2.13.1 != 2.13.0+cpu" in caplog.text
     # the CLI prints it too
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_"))}
+    env = inherited_env(("CACHESVC_", "TORCHINDUCTOR_"))
     env.update(CACHESVC_URL=live_server.url, CACHESVC_TOKEN=live_server.app.config["TOKENS"]["read"],
                **{f"CACHESVC_ENV_{k.upper()}": v for k, v in {**ENV, "device": "NVIDIA H200"}.items()})
     out = subprocess.run([sys.executable, "-m", "cachesvc_client.cli", "restore", "--name", NAME, "--shape",

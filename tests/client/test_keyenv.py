@@ -18,6 +18,7 @@ import pytest
 
 from cachesvc_client import CacheClient, keyenv, load_env_file
 from cachesvc_client.fingerprint import environment
+from harness.containers import inherited_env
 from tests.helpers import ENV
 
 GPU = {**ENV, "torch": "2.13.0+cu128", "cuda": "cuda-12.8", "triton": "3.5.0", "device": "NVIDIA H200",
@@ -173,7 +174,7 @@ from cachesvc_client import CacheClient
 report = CacheClient(timeout=30).start_restore("mlp", "f32[8,256]").result()
 print(json.dumps([report.hit, report.env_file, "torch" in sys.modules]))
 '''
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_"))}
+    env = inherited_env(("CACHESVC_", "TORCHINDUCTOR_"))
     env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
                CACHESVC_URL=live_server.url, CACHESVC_ENV_FILE=write(tmp_path, ENV))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

@@ -17,6 +17,7 @@ from sqlalchemy import insert, update
 from cachesvc.models import Blob, Version, VersionFile
 from cachesvc.storage import pack_key
 from cachesvc_client import CacheClient, CacheClientError
+from harness.containers import inherited_env
 from tests.helpers import ENV, sha
 
 pytestmark = pytest.mark.backends("storage")  # bytes through the service (local), or presigned (S3)
@@ -283,7 +284,7 @@ def test_service_that_accepts_and_never_answers_gives_a_miss_within_the_timeout(
 @pytestmark_storage
 def test_cli_publish_and_restore(published, tmp_path):
     server, a, files = published
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))}
+    env = inherited_env(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))
     b = tmp_path / "cli"
     env.update(HOME=str(b / "home"), TMPDIR=str(b / "tmp"), CACHESVC_URL=server.url,
                CACHESVC_TOKEN=server.app.config["TOKENS"]["write"],  # publishing needs write
@@ -353,7 +354,7 @@ def test_ranks_restoring_into_one_cache_dir_at_once_write_each_file_once(publish
     b = tmp_path / "shared-host"
     for d in ("home", "tmp", "cache"):
         (b / d).mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))}
+    env = inherited_env(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))
     env.update(HOME=str(b / "home"), TMPDIR=str(b / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(b / "cache"),
                CACHESVC_URL=server.url, **{f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()})
     code = ("import json; from cachesvc_client import CacheClient\n"

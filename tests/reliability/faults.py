@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from harness.containers import inherited_env
 from harness.service import free_port
 
 
@@ -175,7 +176,7 @@ def kill_tree(pid: int) -> None:
 
 def client_env(base: Dict[str, str], root: Path, **extra: str) -> Dict[str, str]:
     """A process environment of a fresh container rooted at ``root`` (own HOME, TMPDIR, cache dir)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))}
+    env = inherited_env(("CACHESVC_", "TORCHINDUCTOR_", "TRITON_"))
     for sub in ("home", "tmp", "cache"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     env.update(HOME=str(root / "home"), TMPDIR=str(root / "tmp"), TORCHINDUCTOR_CACHE_DIR=str(root / "cache"))

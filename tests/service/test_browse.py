@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from cachesvc.models import Entry, Version
+from harness.containers import inherited_env
 from tests.helpers import key, publish, publish_body, resolve_params, sha
 
 pytestmark = [pytest.mark.backends("database"),  # filters, sorts, pages: SQL each database runs its own way
@@ -294,7 +295,7 @@ def test_each_version_shows_a_restore_command_that_restores_it(live_server, clie
                         headers={"Authorization": f"Bearer {tokens['read']}"}).text
     command = html_lib.unescape(re.search(r'<pre class="command">([^<]+)</pre>', page).group(1))
     assert f"--url {live_server.url} --name resnet --shape 'f32[8,3,224,224]' --tag mode=max-autotune" in command
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHESVC_", "TORCHINDUCTOR_"))}
+    env = inherited_env(("CACHESVC_", "TORCHINDUCTOR_"))
     env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path), CACHESVC_TOKEN=tokens["read"],
                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
                PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}")

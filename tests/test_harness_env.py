@@ -1,0 +1,21 @@
+"""The simulated containers' environment (harness/containers.py): a fresh container inherits none of
+this machine's Inductor, Triton or cachesvc settings, except the run's choices in PASSED, which are in
+the FX graph key and so must be the same in every process of a run."""
+from __future__ import annotations
+
+from harness.containers import PASSED, Container, inherited_env
+
+
+def test_a_container_keeps_the_runs_isa_choice_and_drops_the_machines_other_settings(tmp_path, monkeypatch):
+    assert PASSED == ("TORCHINDUCTOR_VEC_ISA_OK",)
+    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    ctr = Container(tmp_path)
+    env = ctr.env()
+    assert env["TORCHINDUCTOR_VEC_ISA_OK"] == "1" and env["TORCHINDUCTOR_CACHE_DIR"] == str(ctr.cache_dir)
+    assert "TORCHINDUCTOR_FX_GRAPH_CACHE" not in env and "TRITON_CACHE_DIR" not in env
+    own = inherited_env(("TORCHINDUCTOR_", "TRITON_"))  # what the tests' own fresh processes start from
+    assert own["TORCHINDUCTOR_VEC_ISA_OK"] == "1" and "TORCHINDUCTOR_FX_GRAPH_CACHE" not in own
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK")
+    assert "TORCHINDUCTOR_VEC_ISA_OK" not in Container(tmp_path, "bench").env()  # unset stays unset: probes run

@@ -9,7 +9,8 @@ model when ``forward`` changed (relu to tanh) or a setting did (``LeakyReLU(0.01
   their own file (helpers, followed to any depth) and of plain module-level values they read
   (``SLOPE = 0.1``), of closures and default values, and of the hooks registered on the modules.
   Code in the deploy's other files is followed too (``from helpers import offset``, ``import helpers;
-  helpers.offset()``); code of an installed distribution (a file under site-packages) is keyed by the
+  helpers.offset()``); code of an installed distribution (a file under site-packages, or in a folder that
+  holds the distribution's metadata: ``pip install --target``) is keyed by the
   distribution's name and version instead of its bytecode (transformers' BERT reaches 8 s of its library
   when followed). Not keyed: tensors held in module-level globals, and an installed package whose
   files changed under the same version (``verify=True`` is the check for those). Bytecode, not source: it needs no source files and leaves
@@ -56,9 +57,38 @@ def _covered(module_name: Optional[str]) -> bool:
 INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
 
 
+@functools.lru_cache(maxsize=4096)
 def _installed_file(file: Optional[str]) -> bool:
     """Whether ``file`` is an installed distribution's; unknown (None) is not (its code is followed)."""
-    return file is not None and not INSTALLED_DIRS.isdisjoint(Path(file).parts)
+    if file is None:
+        return False
+    path = Path(file)
+    return not INSTALLED_DIRS.isdisjoint(path.parts) or _in_distribution_root(path)
+
+
+def _in_distribution_root(path: Path) -> bool:
+    """Whether ``path`` is in a top-level package that a distribution declares, in the folder that holds that
+    distribution's metadata: code installed outside a site-packages folder (``pip install --target /opt/libs``
+    with PYTHONPATH, as GPU images vendor libraries). Followed instead, its walk reached module-level values
+    made anew in every process (transformers' telemetry SESSION_ID, a uuid4): the key changed at every start
+    and nothing ever hit. The deploy's own code (an editable install included) lives elsewhere: followed."""
+    roots = _distribution_roots()
+    for parent in path.parents:
+        if parent in roots:
+            top = path.relative_to(parent).parts[0]
+            return Path(top).stem in _distributions()
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _distribution_roots() -> frozenset:
+    """The folders that hold installed distributions' metadata (their .dist-info), resolved."""
+    roots = set()
+    for dist in importlib.metadata.distributions():
+        where = getattr(dist, "_path", None)  # PathDistribution: the .dist-info folder
+        if where is not None:
+            roots.add(Path(where).parent)
+    return frozenset(roots)
 
 
 def _installed(module_name: str, target: Any = None) -> bool:

@@ -218,3 +218,53 @@ def test_require_hit_reads_the_environment(monkeypatch, value, on):
     monkeypatch.setenv(support.REQUIRE_HIT_VAR, value)
     assert support.require_hit(None) is on
     assert support.require_hit(False) is False and support.require_hit(True) is True
+
+
+VENDORED = '''
+import uuid
+
+SESSION = uuid.uuid4().hex  # made anew in every process, as transformers' telemetry SESSION_ID is
+
+
+def scale(x):
+    return x * 2 if SESSION else x
+'''
+
+VENDOR_CALLER = '''
+import torch
+import vendlib
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return vendlib.scale(self.fc(x))
+'''
+
+
+def test_a_library_installed_outside_site_packages_is_keyed_by_its_version_in_every_process(tmp_path):
+    """``pip install --target /opt/libs`` with PYTHONPATH, as the GPU images vendor transformers: no
+    site-packages in the path, but the folder holds the distribution's metadata. Its code is keyed by its
+    version; followed, the walk read a module-level uuid4 and every process had another key (never a hit)."""
+    libs, deploy = tmp_path / "libs", tmp_path / "app"
+    (libs / "vendlib").mkdir(parents=True)
+    (libs / "vendlib" / "__init__.py").write_text(VENDORED)
+    meta = libs / "vendlib-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vendlib\nVersion: 1.0\n")
+    (meta / "top_level.txt").write_text("vendlib\n")
+    (meta / "RECORD").write_text("vendlib/__init__.py,,\nvendlib-1.0.dist-info/METADATA,,\n")
+    deploy.mkdir()
+    (deploy / "tinyvend.py").write_text(VENDOR_CALLER)
+    code = ("import tinyvend; from cachesvc_client.one_call import identity; w = identity._Walker(); "
+            "import vendlib; w.foreign(vendlib.scale); "
+            "print(identity.code_fingerprint(tinyvend.Tiny()), sorted(w.libraries), identity._versions('vendlib'))")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{libs}:{deploy}"}
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                           env=env, cwd=tmp_path).stdout for _ in range(2)}
+    assert len(seen) == 1, seen
+    fingerprint, libraries, version = seen.pop().split(" ", 2)
+    assert libraries == "['vendlib']" and version.strip() == "vendlib==1.0"

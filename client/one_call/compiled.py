@@ -210,11 +210,13 @@ class CompiledModel:
 
     def _first_checked(self, runner: Runner, flat: list, args: tuple, kwargs: dict) -> Any:
         """verify=True: the first call runs the package (on ``flat``, the call's tensors) and eager and
-        compares them (verify.close); a difference sends this call and every later one to torch.compile."""
+        compares them (verify.close; a bf16/fp16 model also runs a float32 copy of itself once, the measure
+        of eager's own rounding); a difference sends this call and every later one to torch.compile."""
         self._verify = False
         started = time.monotonic()
         got = runner(*flat)
-        why = verify_mod.differs(got, self.model(*args, **kwargs), self.device)
+        wide = verify_mod.float32_reference(self.model, [(args, kwargs)])  # bf16/fp16: eager's own rounding
+        why = verify_mod.differs(got, self.model(*args, **kwargs), self.device, wide[0] if wide else None)
         self.verify_seconds = time.monotonic() - started
         if why is None:
             return got

@@ -57,28 +57,72 @@ def close(got: Any, want: Any, device: str, reference: Any = None) -> None:
 
     tol = tolerance(want.dtype, device)
     scale = max(1.0, float(want.abs().max())) if want.numel() and want.is_floating_point() else 1.0
-    atol = tol * scale
-    if reference is not None and want.is_floating_point() and want.numel():
-        atol += 2 * float((want.double() - reference.double().to(want.device)).abs().max())
+    atol = tol * scale + _eagers_own_error(want, reference)
     torch.testing.assert_close(got, want, rtol=tol, atol=atol)
 
 
-def differs(got: Any, want: Any, device: str) -> Optional[str]:
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+def _low_precision(model: Any) -> bool:
+    return any(str(t.dtype).endswith(LOW_PRECISION) for t in (*model.parameters(), *model.buffers()))
+
+
+def float32_reference(model: Any, calls: Sequence[Tuple[Sequence[Any], Mapping[str, Any]]]) -> Optional[list]:
+    """The outputs' leaves, call by call, of a float32 copy of a bf16/fp16 ``model`` (same weights; its
+    bf16/fp16 inputs in float32), for ``close``'s ``reference``; None for a model already in full precision,
+    or when the copy does not fit (out of memory: the fixed tolerance alone then). It costs a float32 copy of
+    the weights, briefly, and one forward per call."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    if not _low_precision(model):
+        return None
+
+    def widened(tree: Any) -> Any:
+        return pytree.tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and str(t.dtype).endswith(
+            LOW_PRECISION) else t, tree)
+
+    try:
+        wide = copy.deepcopy(model).float()
+        with torch.no_grad():
+            return [pytree.tree_leaves(wide(*widened(tuple(args)), **widened(dict(kwargs)))) for args, kwargs in calls]
+    except (torch.cuda.OutOfMemoryError, MemoryError):
+        return None
+
+
+def differs(got: Any, want: Any, device: str, reference: Optional[Sequence[Any]] = None) -> Optional[str]:
     """None when ``got`` (a package's output) is within ``close`` of ``want`` (eager's), leaf by leaf;
-    else what differs, in one line (compiled.py: ``verify=True``'s first-call check)."""
+    else what differs, in one line (compiled.py: ``verify=True``'s first-call check). ``reference``: the
+    leaves of a float32 copy's output (``float32_reference``), for a bf16/fp16 model."""
     from torch.utils import _pytree as pytree
 
     got_leaves, want_leaves = pytree.tree_leaves(got), pytree.tree_leaves(want)
     if len(got_leaves) != len(want_leaves):
         return f"{len(got_leaves)} outputs, eager {len(want_leaves)}"
-    for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
-        why = _apart(g, w, device) if hasattr(w, "dtype") else None
+    refs = _matched(reference, len(want_leaves))
+    for i, (g, w, r) in enumerate(zip(got_leaves, want_leaves, refs)):
+        why = _apart(g, w, device, r) if hasattr(w, "dtype") else None
         if why:
             return f"output {i}: {why}"
     return None
 
 
-def _apart(got: Any, want: Any, device: str) -> Optional[str]:
+def _matched(reference: Optional[Sequence[Any]], count: int) -> list:
+    """The reference's leaves when they pair with eager's ``count`` one by one, else none."""
+    return list(reference) if reference is not None and len(reference) == count else [None] * count
+
+
+def _eagers_own_error(want: Any, reference: Any) -> float:
+    """Twice eager's greatest distance from the float32 ``reference`` (``close``); 0 without one."""
+    if reference is None or not want.is_floating_point() or not want.numel():
+        return 0.0
+    if tuple(reference.shape) != tuple(want.shape):
+        return 0.0
+    return 2 * float((want.double() - reference.double().to(want.device)).abs().max())
+
+
+def _apart(got: Any, want: Any, device: str, reference: Any = None) -> Optional[str]:
     """``close``'s rule (assert_close's |got - want| <= atol + rtol * |want|, NaN equal to nothing) in
     plain tensor ops: torch.testing's first assert_close costs 1.8 s of imports on the bench CPU, on the
     hit's first call."""
@@ -89,7 +133,7 @@ def _apart(got: Any, want: Any, device: str) -> Optional[str]:
     tol = tolerance(want.dtype, device)
     scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
     g, w = got.double(), want.double()
-    off = (g - w).abs() > tol * scale + tol * w.abs()
+    off = (g - w).abs() > tol * scale + _eagers_own_error(want, reference) + tol * w.abs()
     off |= g.isnan() | w.isnan()
     if not bool(off.any()):
         return None
@@ -118,6 +162,7 @@ def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
     perturb(twin)
     with torch.no_grad():
         want = [pytree.tree_leaves(twin(*args, **kwargs)) for args, kwargs in calls]
+    reference = float32_reference(twin, calls) or [None] * len(calls)
     with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
         given, back = os.path.join(tmp, "given.pt"), os.path.join(tmp, "back.pt")
         torch.save({"constants": live_constants(twin), "calls": [leaves(a, k)[0] for a, k in calls],
@@ -127,17 +172,19 @@ def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
         if done.returncode != 0:
             raise LoadFailed(f"the package failed in a fresh process (exit {done.returncode}): {last_line(done)}")
         got = torch.load(back, map_location="cpu")
-    for outputs, expected in zip(got, want):
-        compare(outputs, expected, device)
+    for outputs, expected, wide in zip(got, want, reference):
+        compare(outputs, expected, device, wide)
 
 
-def compare(got: Sequence[Any], want: Sequence[Any], device: str) -> None:
-    """Raise LoadFailed unless the package's outputs ``got`` are eager's ``want``, one by one (``close``)."""
+def compare(got: Sequence[Any], want: Sequence[Any], device: str, reference: Optional[Sequence[Any]] = None) -> None:
+    """Raise LoadFailed unless the package's outputs ``got`` are eager's ``want``, one by one (``close``);
+    ``reference``: a float32 copy's outputs, for a bf16/fp16 model (``float32_reference``)."""
     if len(got) != len(want):
         raise LoadFailed(f"the package returned {len(got)} outputs; eager {len(want)}")
-    for g, w in zip(got, want):
+    refs = _matched(reference, len(want))
+    for g, w, r in zip(got, want, refs):
         try:
-            close(g, w.cpu(), device)
+            close(g, w.cpu(), device, None if r is None else r.cpu())
         except AssertionError as exc:
             detail = " ".join(str(exc).split())[:300]
             raise LoadFailed(f"the package does not reproduce eager on weights it was not built with: {detail}") from None

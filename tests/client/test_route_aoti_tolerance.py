@@ -59,3 +59,39 @@ def test_bf16_rounding_within_eagers_own_error_passes_and_another_models_answer_
     close(got, want, "cuda", reference=reference)
     with pytest.raises(AssertionError):
         close(want.flip(1), want, "cuda", reference=reference)  # another model's answer
+
+
+def test_the_first_call_check_holds_bf16_to_eagers_own_error_too():
+    """verify=True's check (differs) and the publish check (compare) use close's rule with the reference."""
+    from cachesvc_client.artifacts import LoadFailed
+    from cachesvc_client.one_call.verify import compare, differs
+
+    reference = torch.linspace(-1, 1, 1536).reshape(2, 768)
+    want = reference.to(torch.bfloat16)
+    want[0, 5] += 0.02
+    got = want.clone()
+    got[1, 0] += 0.0239
+    assert "beyond 0.02 of eager" in differs((got,), (want,), "cuda")
+    assert differs((got,), (want,), "cuda", reference=[reference]) is None
+    assert differs((want.flip(1),), (want,), "cuda", reference=[reference]) is not None
+    compare([got], [want], "cuda", reference=[reference])
+    with pytest.raises(LoadFailed):
+        compare([got], [want], "cuda")
+
+
+def test_a_float32_reference_is_made_for_a_bf16_model_only():
+    from cachesvc_client.one_call.verify import float32_reference
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+    x = torch.randn(3, 8)
+    assert float32_reference(model, [((x,), {})]) is None  # float32 already: eager is the reference
+    model = model.to(torch.bfloat16)
+    wide, = float32_reference(model, [((x.bfloat16(),), {})])
+    assert wide[0].dtype == torch.float32 and model[0].weight.dtype == torch.bfloat16  # a copy widened
+    with torch.no_grad():
+        eager = model(x.bfloat16()).float()
+        exact = torch.nn.functional.linear(torch.nn.functional.gelu(torch.nn.functional.linear(
+            x.bfloat16().float(), model[0].weight.float(), model[0].bias.float())), model[2].weight.float(),
+            model[2].bias.float())
+    torch.testing.assert_close(wide[0], exact)
+    assert float((eager - exact).abs().max()) > 0  # bf16 eager rounds; the reference does not

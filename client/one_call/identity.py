@@ -33,7 +33,7 @@ import json
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 FINGERPRINT_CHARS = 16
 #: packages whose code the key's environment already pins (torch's version) or that are the language's
@@ -71,24 +71,37 @@ def _in_distribution_root(path: Path) -> bool:
     distribution's metadata: code installed outside a site-packages folder (``pip install --target /opt/libs``
     with PYTHONPATH, as GPU images vendor libraries). Followed instead, its walk reached module-level values
     made anew in every process (transformers' telemetry SESSION_ID, a uuid4): the key changed at every start
-    and nothing ever hit. The deploy's own code (an editable install included) lives elsewhere: followed."""
+    and nothing ever hit. Only a name declared by a distribution whose metadata is in that very folder: the
+    deploy's own ``models/`` beside a vendored library is followed, even where a distribution elsewhere
+    declares a ``models`` too (keyed by that one's version, a changed model would be the same key)."""
     roots = _distribution_roots()
     for parent in path.parents:
-        if parent in roots:
-            top = path.relative_to(parent).parts[0]
-            return Path(top).stem in _distributions()
+        names = roots.get(parent)
+        if names is not None:
+            return Path(path.relative_to(parent).parts[0]).stem in names
     return False
 
 
 @functools.lru_cache(maxsize=1)
-def _distribution_roots() -> frozenset:
-    """The folders that hold installed distributions' metadata (their .dist-info), resolved."""
-    roots = set()
+def _distribution_roots() -> Dict[Path, frozenset]:
+    """The folders that hold installed distributions' metadata (their .dist-info), each with the top-level
+    names the distributions there declare."""
+    roots: Dict[Path, Set[str]] = {}
     for dist in importlib.metadata.distributions():
         where = getattr(dist, "_path", None)  # PathDistribution: the .dist-info folder
         if where is not None:
-            roots.add(Path(where).parent)
-    return frozenset(roots)
+            roots.setdefault(Path(where).parent, set()).update(_top_levels(dist))
+    return {root: frozenset(names) for root, names in roots.items()}
+
+
+def _top_levels(dist: importlib.metadata.Distribution) -> Set[str]:
+    """The importable top-level names ``dist`` declares (top_level.txt), else those of its files (RECORD),
+    as importlib.metadata.packages_distributions reads them."""
+    declared = (dist.read_text("top_level.txt") or "").split()
+    if declared:
+        return set(declared)
+    names = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
+    return {name for name in names if "." not in name}
 
 
 def _installed(module_name: str, target: Any = None) -> bool:

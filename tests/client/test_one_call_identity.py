@@ -268,3 +268,34 @@ def test_a_library_installed_outside_site_packages_is_keyed_by_its_version_in_ev
     assert len(seen) == 1, seen
     fingerprint, libraries, version = seen.pop().split(" ", 2)
     assert libraries == "['vendlib']" and version.strip() == "vendlib==1.0"
+
+
+def test_the_deploys_own_package_beside_a_vendored_library_is_followed_whoever_else_declares_its_name(tmp_path):
+    """The deploy's ``models/`` (a helper its model's file imports) in the folder where a library was vendored
+    (``pip install --target /app``), while a distribution elsewhere also declares a top-level ``models``: it
+    is the deploy's code, followed, so a changed helper is another key; keyed by the other distribution's
+    version, both were one key."""
+    elsewhere = tmp_path / "elsewhere" / "sloppy-1.0.dist-info"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "METADATA").write_text("Metadata-Version: 2.1\nName: sloppy\nVersion: 1.0\n")
+    (elsewhere / "top_level.txt").write_text("models\n")
+    (elsewhere / "RECORD").write_text("models/__init__.py,,\n")
+    seen = []
+    for shift in (0.5, 1.5):
+        app = tmp_path / f"app-{shift}"
+        (app / "vendlib").mkdir(parents=True)
+        (app / "vendlib" / "__init__.py").write_text(VENDORED)
+        meta = app / "vendlib-1.0.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vendlib\nVersion: 1.0\n")
+        (meta / "top_level.txt").write_text("vendlib\n")
+        (app / "models").mkdir()
+        (app / "models" / "__init__.py").write_text("")
+        (app / "models" / "help.py").write_text(f"def offset():\n    return {shift}\n")
+        (app / "serve.py").write_text(HELPER_CALLER.format(imports="from models.help import offset", call="offset()"))
+        code = ("from serve import Tiny; from cachesvc_client.one_call import identity; "
+                "print(identity.code_fingerprint(Tiny()))")
+        env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path / 'elsewhere'}:{app}"}
+        seen.append(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                   timeout=120, env=env, cwd=tmp_path).stdout.strip())
+    assert seen[0] != seen[1], seen

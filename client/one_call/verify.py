@@ -61,11 +61,11 @@ def close(got: Any, want: Any, device: str, reference: Any = None) -> None:
     torch.testing.assert_close(got, want, rtol=tol, atol=atol)
 
 
-LOW_PRECISION = ("bfloat16", "float16")
+def _low_precision(t: Any) -> bool:
+    """Whether ``t`` is a bf16/fp16 tensor: those whose eager rounding a float32 copy measures."""
+    import torch
 
-
-def _low_precision(model: Any) -> bool:
-    return any(str(t.dtype).endswith(LOW_PRECISION) for t in (*model.parameters(), *model.buffers()))
+    return isinstance(t, torch.Tensor) and t.dtype in (torch.bfloat16, torch.float16)
 
 
 def float32_reference(model: Any, calls: Sequence[Tuple[Sequence[Any], Mapping[str, Any]]]) -> Optional[list]:
@@ -76,12 +76,11 @@ def float32_reference(model: Any, calls: Sequence[Tuple[Sequence[Any], Mapping[s
     import torch
     from torch.utils import _pytree as pytree
 
-    if not _low_precision(model):
+    if not any(map(_low_precision, (*model.parameters(), *model.buffers()))):
         return None
 
     def widened(tree: Any) -> Any:
-        return pytree.tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and str(t.dtype).endswith(
-            LOW_PRECISION) else t, tree)
+        return pytree.tree_map(lambda t: t.float() if _low_precision(t) else t, tree)
 
     try:
         wide = copy.deepcopy(model).float()

@@ -112,7 +112,15 @@ def test_the_images_commands_migrate_apart_then_serve_with_access_log_and_health
     migrate = subprocess.run(image_command(["db", "upgrade"], port), env=env, capture_output=True, text=True,
                              timeout=300)
     assert migrate.returncode == 0, migrate.stderr
-    log = open(tmp_path / "stdout.log", "w+")
+    # the log file is closed on every way out: left open by a failed assert, its ResourceWarning was
+    # raised in the next test's setup, an error there for this test's failure
+    with open(tmp_path / "stdout.log", "w+") as log:
+        access = _serve_and_check_health(serve, env, port, log)
+    assert re.search(r'"GET /healthz HTTP/1\.1" 200', access), access[-2000:]
+
+
+def _serve_and_check_health(serve: list, env: dict, port: int, log) -> str:
+    """Run the image's serve command with stdout to ``log`` until /healthz and the HEALTHCHECK pass; the log."""
     proc = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -135,9 +143,7 @@ def test_the_images_commands_migrate_apart_then_serve_with_access_log_and_health
         proc.wait(60)
         proc.stderr.close()
     log.seek(0)
-    access = log.read()
-    log.close()
-    assert re.search(r'"GET /healthz HTTP/1\.1" 200', access), access[-2000:]
+    return log.read()
 
 
 # ---------------------------------------------------------------------------- compose

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -245,18 +246,23 @@ class Tiny(torch.nn.Module):
 '''
 
 
+def vendor_vendlib(folder: Path) -> None:
+    """``vendlib`` 1.0 as ``pip install --target folder`` leaves it: the package and its .dist-info."""
+    (folder / "vendlib").mkdir(parents=True)
+    (folder / "vendlib" / "__init__.py").write_text(VENDORED)
+    meta = folder / "vendlib-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vendlib\nVersion: 1.0\n")
+    (meta / "top_level.txt").write_text("vendlib\n")
+    (meta / "RECORD").write_text("vendlib/__init__.py,,\nvendlib-1.0.dist-info/METADATA,,\n")
+
+
 def test_a_library_installed_outside_site_packages_is_keyed_by_its_version_in_every_process(tmp_path):
     """``pip install --target /opt/libs`` with PYTHONPATH, as the GPU images vendor transformers: no
     site-packages in the path, but the folder holds the distribution's metadata. Its code is keyed by its
     version; followed, the walk read a module-level uuid4 and every process had another key (never a hit)."""
     libs, deploy = tmp_path / "libs", tmp_path / "app"
-    (libs / "vendlib").mkdir(parents=True)
-    (libs / "vendlib" / "__init__.py").write_text(VENDORED)
-    meta = libs / "vendlib-1.0.dist-info"
-    meta.mkdir()
-    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vendlib\nVersion: 1.0\n")
-    (meta / "top_level.txt").write_text("vendlib\n")
-    (meta / "RECORD").write_text("vendlib/__init__.py,,\nvendlib-1.0.dist-info/METADATA,,\n")
+    vendor_vendlib(libs)
     deploy.mkdir()
     (deploy / "tinyvend.py").write_text(VENDOR_CALLER)
     code = ("import tinyvend; from cachesvc_client.one_call import identity; w = identity._Walker(); "
@@ -283,12 +289,7 @@ def test_the_deploys_own_package_beside_a_vendored_library_is_followed_whoever_e
     seen = []
     for shift in (0.5, 1.5):
         app = tmp_path / f"app-{shift}"
-        (app / "vendlib").mkdir(parents=True)
-        (app / "vendlib" / "__init__.py").write_text(VENDORED)
-        meta = app / "vendlib-1.0.dist-info"
-        meta.mkdir()
-        (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vendlib\nVersion: 1.0\n")
-        (meta / "top_level.txt").write_text("vendlib\n")
+        vendor_vendlib(app)
         (app / "models").mkdir()
         (app / "models" / "__init__.py").write_text("")
         (app / "models" / "help.py").write_text(f"def offset():\n    return {shift}\n")

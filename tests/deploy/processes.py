@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.containers import PASSED
+
 BIN = Path(sys.executable).parent
 #: One database and storage for tests that exercise a manifest or a recipe, not the backends.
 SQLITE_LOCAL = pytest.mark.parametrize("database_url,storage_settings", [("sqlite", "local")], indirect=True)
@@ -57,11 +59,13 @@ class Program:
 
 
 def base_env(tmp_path: Path, **extra: str) -> dict:
-    """A container's bare environment: PATH with this venv first, its own HOME and TMPDIR."""
+    """A container's bare environment: PATH with this venv first, its own HOME and TMPDIR, and the run's
+    choices every process of it must share (harness.containers.PASSED)."""
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
     env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HOME": str(home), "TMPDIR": str(tmp),
            "USER": "app", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.update({name: os.environ[name] for name in PASSED if name in os.environ})
     env.update(extra)
     return env

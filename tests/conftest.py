@@ -67,6 +67,10 @@ from typing import Dict, Iterator, Optional
 # (harness/containers.py passes this on). The ISAs chosen are the same on a CPU that has them; the
 # probes' .so files are not made, so nothing a test asserts about a cache's files names them.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# g++ behind this run's ccache (tests/compiler_cache.py): the same compiles again in every cold container
+from tests import compiler_cache  # noqa: E402
+
+compiler_cache.enable()
 
 import pytest  # noqa: E402  (after the setting: nothing below may import torch before it)
 from sqlalchemy import create_engine, text
@@ -118,6 +122,13 @@ def pytest_xdist_make_scheduler(config, log):
     from tests.scheduling import make_scheduler
 
     return make_scheduler(config, log)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # the controller's report, once
+        line = compiler_cache.summary()
+        if line:
+            terminalreporter.write_line(line)
 
 
 # --------------------------------------------------------------------------- S3

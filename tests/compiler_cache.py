@@ -1,0 +1,100 @@
+"""A compiler cache for one test run: ccache in front of g++, shared by every process of the run.
+
+The suite is CPU-bound on a 2-core machine, and g++ is a third of its CPU. Most of that is the same
+compile again in another simulated container: every cold Inductor process precompiles the same
+header (5-7 s), and every AOTInductor package build of the same model compiles the same wrapper and
+kernel sources (10 s). Each container must start with an empty Inductor cache (the tests assert what
+a cold process compiles and what it restores), so Inductor's own cache cannot be shared; ccache sits
+below it: Inductor still writes, compiles and loads every file, and its counters are unchanged.
+ccache only answers a compile it has seen, by the hash of its preprocessed input and flags.
+
+What ccache cannot cache it passes to g++: a compile and link in one command (Inductor's JIT kernels
+and its ISA probes) and preprocessing. Its folder is made once per run, by the first process that
+imports this (pytest's controller, before xdist starts its workers, which inherit it), and removed at
+that process's exit, so no run reads another's results. Each compiler on PATH is replaced by a script
+naming that folder, so a container started with a bare environment (its own HOME, PATH passed on)
+uses it too and writes nothing under its HOME. Without ccache installed, or with ccache's own
+``CCACHE_DISABLE=1``, nothing changes but the time. Benchmarks never use it: their cold starts
+pay the compiles as a real container does.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional
+
+#: set by the process that made the run's cache; not CACHESVC_*, which the tests' services drop
+RUN_DIR = "TEST_RUN_CCACHE_DIR"
+COMPILERS = ("g++", "c++", "gcc", "cc")
+#: Inductor writes a header and compiles it at once, so file times would refuse every compile
+#: (include_file_mtime/ctime); contents are hashed either way. base_dir (the temp folder, where every
+#: container's TMPDIR is) makes their paths in a command line relative; hash_dir keeps -g1's working
+#: directory out of the hash.
+CONFIG = """\
+sloppiness = pch_defines,time_macros,include_file_mtime,include_file_ctime,locale
+base_dir = {base_dir}
+hash_dir = false
+max_size = 5G
+"""
+
+
+def enable() -> Optional[Path]:
+    """Put this run's ccache in front of the compilers on PATH; its folder, or None without ccache."""
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        return None
+    run = os.environ.get(RUN_DIR)
+    if not run:
+        run = _make_run_dir(ccache)
+        os.environ[RUN_DIR] = run
+        atexit.register(shutil.rmtree, run, True)
+    bin_dir = os.path.join(run, "bin")
+    if not os.environ.get("PATH", "").startswith(bin_dir + os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    return Path(run)
+
+
+def _make_run_dir(ccache: str) -> str:
+    """The run's folder: its cache, its configuration, and bin/ with one script per compiler."""
+    run = tempfile.mkdtemp(prefix="cachesvc-test-ccache-")
+    Path(run, "ccache.conf").write_text(CONFIG.format(base_dir=os.path.realpath(tempfile.gettempdir())))
+    bin_dir = Path(run, "bin")
+    bin_dir.mkdir()
+    for name in COMPILERS:
+        real = shutil.which(name)
+        if real is None:
+            continue
+        # A script, not a symlink to ccache: a container built with a bare environment (its own HOME,
+        # PATH passed on) still uses this run's cache, not one under its HOME.
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\nCCACHE_DIR={shlex.quote(os.path.join(run, 'cache'))} "
+                          f"CCACHE_CONFIGPATH={shlex.quote(os.path.join(run, 'ccache.conf'))} "
+                          f"exec {shlex.quote(ccache)} {shlex.quote(real)} \"$@\"\n")
+        script.chmod(0o755)
+    return run
+
+
+def stats() -> Dict[str, int]:
+    """This run's ccache hits and misses so far (cacheable compiles only)."""
+    out = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, timeout=30,
+                         env=dict(os.environ, CCACHE_DIR=os.path.join(os.environ[RUN_DIR], "cache"))).stdout
+    counts = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    return {"hits": int(counts.get("direct_cache_hit", 0)) + int(counts.get("preprocessed_cache_hit", 0)),
+            "misses": int(counts.get("cache_miss", 0))}
+
+
+def summary() -> Optional[str]:
+    """One line of this run's hits, for the end of pytest's report; None when the cache is off."""
+    if not os.environ.get(RUN_DIR) or not shutil.which("ccache"):
+        return None
+    try:
+        counts = stats()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return (f"compiler cache (ccache, this run only): {counts['hits']} hits, {counts['misses']} misses "
+            f"of {counts['hits'] + counts['misses']} cacheable compiles")

@@ -66,7 +66,7 @@ def _make_run_dir(ccache: str) -> str:
     bin_dir = Path(run, "bin")
     bin_dir.mkdir()
     for name in COMPILERS:
-        real = shutil.which(name)
+        real = _real_compiler(name, ccache)
         if real is None:
             continue
         # A script, not a symlink to ccache: a container built with a bare environment (its own HOME,
@@ -77,6 +77,20 @@ def _make_run_dir(ccache: str) -> str:
                           f"exec {shlex.quote(ccache)} {shlex.quote(real)} \"$@\"\n")
         script.chmod(0o755)
     return run
+
+
+def _real_compiler(name: str, ccache: str) -> Optional[str]:
+    """The first ``name`` on PATH that is not ccache itself (a PATH may already hold ccache's own
+    masquerade folder, /usr/lib/ccache: ccache handed itself as the compiler refuses to run), nor a
+    run's own script."""
+    ours = os.path.join(os.environ[RUN_DIR], "bin") if os.environ.get(RUN_DIR) else None
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        if folder == ours:
+            continue
+        found = shutil.which(name, path=folder)
+        if found and os.path.realpath(found) != os.path.realpath(ccache):
+            return found
+    return None
 
 
 def stats() -> Dict[str, int]:

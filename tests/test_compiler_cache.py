@@ -30,3 +30,16 @@ def test_a_bare_containers_compile_is_answered_from_the_runs_cache(tmp_path):
         assert not any((ctr / "home").iterdir())  # the cache is the run's, not under the container's HOME
     after = compiler_cache.stats()
     assert after["hits"] == before["hits"] + 1 and after["misses"] == before["misses"] + 1, (before, after)
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("g++") is None, reason="no ccache or g++ here")
+def test_the_real_compiler_is_found_behind_a_ccache_folder_already_on_path(tmp_path, monkeypatch):
+    ccache = shutil.which("ccache")
+    masquerade = tmp_path / "ccache-bin"  # what /usr/lib/ccache is: compilers' names linked to ccache
+    masquerade.mkdir()
+    (masquerade / "g++").symlink_to(ccache)
+    monkeypatch.setenv("PATH", f"{masquerade}{os.pathsep}{os.environ['PATH']}")
+    real = compiler_cache._real_compiler("g++", ccache)
+    assert real and os.path.realpath(real) != os.path.realpath(ccache) and not real.startswith(str(masquerade))
+    if os.environ.get(compiler_cache.RUN_DIR):  # nor this run's own script, first on PATH
+        assert not real.startswith(os.environ[compiler_cache.RUN_DIR]), real

@@ -4,8 +4,9 @@ The package reads the tensors it was bound to (runner.py: ``user_managed``), so 
 (``load_state_dict`` without ``assign``, ``copy_``, an optimizer step) are seen as they are. A
 replaced tensor is not: ``load_state_dict(sd, assign=True)``, ``param.data = t`` and
 ``module.weight = nn.Parameter(...)`` leave the package on the old storage, which it keeps alive.
-So before each call the binding checks that every slot (a module's ``_parameters`` or ``_buffers``
-entry) still holds the object it was bound to: that sees ``module.weight = nn.Parameter(...)``,
+So before each call the binding checks that every slot (a module's ``_modules``, ``_parameters`` or
+``_buffers`` entry, a shared tensor under each of its names) still holds the object it was bound to:
+that sees a swapped submodule and an untied weight, and that sees ``module.weight = nn.Parameter(...)``,
 ``load_state_dict(sd, assign=True)`` and a tensor written straight into the dict
 (``m._parameters["weight"] = p``, which no registration hook reports); and that every bound tensor
 still has its storage (``.data =`` keeps the object and swaps the storage). One ``dict.get`` and one
@@ -29,13 +30,14 @@ def live_constants(model: Any) -> Dict[str, Any]:
 
 
 def _slots(model: Any) -> List[Tuple[str, dict, str]]:
-    """(fqn, the dict holding it, its name there) for every parameter and buffer, shared ones once."""
-    out, seen = [], set()
-    for prefix, module in model.named_modules():
-        for store in (module._parameters, module._buffers):
+    """(fqn, the dict holding it, its name there) for every submodule, parameter and buffer, a shared one
+    under each of its names: untying a tied weight replaces the object in one slot only, and swapping a
+    submodule (``model.fc = nn.Linear(...)``) leaves the old module's own dicts as they were."""
+    out = []
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for store in (module._modules, module._parameters, module._buffers):
             for name, t in store.items():
-                if t is not None and id(t) not in seen:
-                    seen.add(id(t))
+                if t is not None:
                     out.append((f"{prefix}.{name}" if prefix else name, store, name))
     return out
 
@@ -61,17 +63,20 @@ class Binding:
         self._names = [name for _, _, name in self._slots]
         self._objects = list(map(dict.get, self._stores, self._names))
         self._data_ptr = torch.Tensor.data_ptr
-        self._ptrs = list(map(self._data_ptr, self._objects))
+        tensors = [(fqn, t) for (fqn, _, _), t in zip(self._slots, self._objects) if isinstance(t, torch.Tensor)]
+        self._tensor_fqns = [fqn for fqn, _ in tensors]
+        self._tensors = [t for _, t in tensors]
+        self._ptrs = list(map(self._data_ptr, self._tensors))
 
     def changed(self) -> Optional[str]:
         """None while every slot holds the object and storage it was bound to; else the first changed fqn."""
         now = list(map(dict.get, self._stores, self._names))
         if any(map(operator.is_not, now, self._objects)):  # a slot holds another object (or None)
             return next(fqn for (fqn, _, _), obj, was in zip(self._slots, now, self._objects) if obj is not was)
-        ptrs = list(map(self._data_ptr, self._objects))
+        ptrs = list(map(self._data_ptr, self._tensors))
         if ptrs == self._ptrs:
             return None
-        return next(fqn for (fqn, _, _), now_ptr, was in zip(self._slots, ptrs, self._ptrs) if now_ptr != was)
+        return next(fqn for fqn, now_ptr, was in zip(self._tensor_fqns, ptrs, self._ptrs) if now_ptr != was)
 
     def refresh(self) -> Optional[str]:
         """Take the model's tensors as they are now. None when each has its bound one's layout (the

@@ -25,6 +25,7 @@ A changed one is another key, hence a miss, never another model's package. Both 
 """
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import hashlib
@@ -33,7 +34,7 @@ import json
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
 
 FINGERPRINT_CHARS = 16
 #: packages whose code the key's environment already pins (torch's version) or that are the language's
@@ -129,16 +130,28 @@ def _versions(top: str) -> str:
 
 
 class _Walker:
-    """Feeds one sha256 with the code a model runs; each function and class once."""
+    """Feeds one sha256 with the code a model runs; each function and class once.
+
+    Iterative (a work queue, not recursion): a forward reaching a chain of hundreds of helpers in the
+    deploy's own code is walked to its end (recursion stopped at Python's frame limit)."""
 
     def __init__(self) -> None:
         self.h = hashlib.sha256()
         self.seen: Set[int] = set()
         self.libraries: Set[str] = set()
         self.count = 0
+        self.todo: Deque[Tuple[Callable[..., None], tuple]] = collections.deque()
 
     def put(self, text: str) -> None:
         self.h.update(text.encode("utf-8", "backslashreplace") + b"\n")
+
+    def later(self, step: Callable[..., None], *args: Any) -> None:
+        self.todo.append((step, args))
+
+    def run(self) -> None:
+        while self.todo:
+            step, args = self.todo.popleft()
+            step(*args)
 
     def klass(self, cls: type) -> None:
         if id(cls) in self.seen or _covered(cls.__module__):
@@ -146,28 +159,30 @@ class _Walker:
         self.seen.add(id(cls))
         self.put(f"class {cls.__module__}.{cls.__qualname__}")
         for base in cls.__mro__[1:]:
-            self.klass(base)
+            self.later(self.klass, base)
         for attr in sorted(vars(cls)):
             fn = _function_of(vars(cls)[attr])
             if fn is not None:
                 self.put(f"attr {attr}")
-                self.function(fn)
+                self.later(self.function, fn)
 
     def function(self, fn: Callable) -> None:
         fn = getattr(fn, "__func__", fn)
         wrapped = getattr(fn, "__wrapped__", None)  # functools.wraps: the code that runs is inside too
         if wrapped is not None and wrapped is not fn:
-            self.value(wrapped)
+            self.later(self.value, wrapped)
         if not isinstance(fn, types.FunctionType) or id(fn) in self.seen or _covered(fn.__module__):
             return
         self.seen.add(id(fn))
         self.put(f"def {fn.__module__}.{fn.__qualname__} {_plain(fn.__defaults__)} {_plain(fn.__kwdefaults__)}")
         for cell in fn.__closure__ or ():
             try:
-                self.value(cell.cell_contents)
+                contents = cell.cell_contents
             except ValueError:  # an empty cell
                 self.put("cell -")
-        self.code(fn.__code__, fn.__globals__)
+                continue
+            self.later(self.value, contents)
+        self.later(self.code, fn.__code__, fn.__globals__)
 
     def code(self, code: types.CodeType, globals_: dict) -> None:
         self.count += 1
@@ -177,18 +192,18 @@ class _Walker:
         self.put(f"names {code.co_names} vars {code.co_varnames} free {code.co_freevars}")
         for const in code.co_consts:
             if isinstance(const, types.CodeType):
-                self.code(const, globals_)
+                self.later(self.code, const, globals_)
             else:
                 self.put(f"const {_const(const)}")
         home = globals_.get("__name__")
         for name in code.co_names:  # what the code reaches through its globals: helpers, classes, settings
             target = globals_.get(name)
             if isinstance(target, types.ModuleType):  # `import helpers; helpers.offset()`
-                self.module(target, code.co_names)
+                self.later(self.module, target, code.co_names)
             elif getattr(target, "__module__", None) == home or not callable(target):
-                self.value(target)
+                self.later(self.value, target)
             else:  # `from helpers import offset`: another file's code
-                self.foreign(target)
+                self.later(self.foreign, target)
 
     def foreign(self, target: Any) -> None:
         module = getattr(target, "__module__", None)
@@ -209,7 +224,7 @@ class _Walker:
         for name in names:
             if name in vars(module):
                 self.put(f"module {module.__name__}.{name}")
-                self.value(vars(module)[name])
+                self.later(self.value, vars(module)[name])
 
     def library(self, module_name: str) -> None:
         top = module_name.split(".", 1)[0]
@@ -275,35 +290,57 @@ def _plain(value: Any, depth: int = 0) -> Optional[str]:
 
 
 def code_fingerprint(model: Any) -> str:
-    """A short digest of the code ``model`` runs (module docstring: what it covers)."""
+    """A short digest of the code ``model`` runs (module docstring: what it covers); never raises (an
+    object the walk cannot read gives a digest that says so: the proof decides, not the key)."""
     walker = _Walker()
-    for _, module in model.named_modules():
-        walker.klass(type(module))
-        for hooks in ("_forward_pre_hooks", "_forward_hooks"):
-            for hook in getattr(module, hooks, {}).values():
-                walker.put(f"hook {hooks}")
-                walker.value(hook)
+    try:
+        for _, module in model.named_modules():
+            walker.later(walker.klass, type(module))
+            for hooks in ("_forward_pre_hooks", "_forward_hooks"):
+                for hook in getattr(module, hooks, {}).values():
+                    walker.put(f"hook {hooks}")
+                    walker.later(walker.value, hook)
+        walker.run()
+    except Exception as exc:  # noqa: BLE001 - an unusual object (a proxy, a C extension): still a key
+        walker.put(f"unreadable {type(exc).__name__}")
     walker.put(f"code objects {min(walker.count, MAX_CODE_OBJECTS)}")
     return walker.h.hexdigest()[:FINGERPRINT_CHARS]
 
 
 def config_fingerprint(model: Any) -> str:
-    """A short digest of ``model``'s non-tensor configuration (module docstring: what it covers)."""
+    """A short digest of ``model``'s non-tensor configuration (module docstring: what it covers); never
+    raises (an attribute it cannot read is keyed as such: the proof decides, not the key)."""
     h = hashlib.sha256()
     configs: dict = {}  # id -> index: transformers hands one config object to many modules
     for name, module in model.named_modules():
-        h.update(f"m {name} {module.extra_repr()}\n".encode("utf-8", "backslashreplace"))
-        for attr, value in sorted(vars(module).items()):
-            if attr in MODULE_INTERNALS or attr.endswith("hooks") or attr == "config":
-                continue
-            text = _plain(value)
-            if text is not None:
-                h.update(f"a {attr}={text}\n".encode("utf-8", "backslashreplace"))
-        config = getattr(module, "config", None)
-        to_dict = getattr(config, "to_dict", None)
-        if callable(to_dict):
-            if id(config) not in configs:
-                configs[id(config)] = len(configs)
-                h.update(f"c {json.dumps(to_dict(), sort_keys=True, default=repr)}\n".encode())
-            h.update(f"c# {configs[id(config)]}\n".encode())
+        try:
+            h.update(f"m {name} {module.extra_repr()}\n".encode("utf-8", "backslashreplace"))
+            for attr, value in sorted(vars(module).items()):
+                if attr in MODULE_INTERNALS or attr.endswith("hooks") or attr == "config":
+                    continue
+                text = _plain(value)
+                if text is not None:
+                    h.update(f"a {attr}={text}\n".encode("utf-8", "backslashreplace"))
+            _config(h, getattr(module, "config", None), configs)
+        except Exception as exc:  # noqa: BLE001 - an unusual attribute: still a key
+            h.update(f"m {name} unreadable {type(exc).__name__}\n".encode())
     return h.hexdigest()[:FINGERPRINT_CHARS]
+
+
+def _config(h: Any, config: Any, configs: dict) -> None:
+    """A transformers-style ``config`` (one with ``to_dict()``), once per object. Anything else under that
+    name (a dict subclass whose ``__getattr__`` is ``dict.__getitem__``: ``KeyError('to_dict')``, a proxy)
+    is keyed by its type alone: the proof decides what it holds."""
+    if config is None:
+        return
+    try:
+        to_dict = getattr(config, "to_dict", None)
+        text = json.dumps(to_dict(), sort_keys=True, default=repr) if callable(to_dict) else None
+    except Exception as exc:  # noqa: BLE001
+        text = f"unreadable {type(exc).__name__}"
+    if text is None:
+        text = _plain(config) or f"type {type(config).__module__}.{type(config).__qualname__}"
+    if id(config) not in configs:
+        configs[id(config)] = len(configs)
+        h.update(f"c {text}\n".encode("utf-8", "backslashreplace"))
+    h.update(f"c# {configs[id(config)]}\n".encode())

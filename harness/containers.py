@@ -93,8 +93,13 @@ class Container:
 
     def run_worker(self, *args: str, timeout: float = 600, **extra_env: str) -> dict:
         """Run harness/worker.py in this container; return its RESULT dict (raises with its output on failure)."""
-        proc = subprocess.run(self._worker_cmd(args), env=self.env(**extra_env), capture_output=True, text=True,
-                              timeout=timeout)
+        return self.run_script("worker.py", *args, timeout=timeout, **extra_env)
+
+    def run_script(self, script: str, *args: str, timeout: float = 600, **extra_env: str) -> dict:
+        """Run ``harness/<script>`` in this container; return the dict of its last ``RESULT`` line (raises with
+        its output on failure)."""
+        proc = subprocess.run([sys.executable, str(REPO / "harness" / script), *args], env=self.env(**extra_env),
+                              capture_output=True, text=True, timeout=timeout)
         return _result(proc.returncode, proc.stdout, proc.stderr)
 
     def start_worker(self, *args: str, **extra_env: str) -> subprocess.Popen:

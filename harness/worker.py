@@ -228,7 +228,8 @@ def main() -> None:
             torch.cuda.synchronize()
         out["first_call_s"] = time.perf_counter() - t
         out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
-        out["imported"] = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton")}
+        out["imported"] = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton",
+                                                         "torch._inductor.compile_fx", "torch._inductor.graph")}
         # reduce-overhead: torch.compile's CUDA graph overwrites its output at the next call
         got = [t.clone() for t in _leaves(result)]
         # eager's reference after the first output: a call before it would warm what the first call pays
@@ -251,7 +252,7 @@ def main() -> None:
                           "why": getattr(call.calls, "why", None), "causes": getattr(call.calls, "causes", None),
                           "verify_s": getattr(call, "verify_seconds", None),
                           "snapshot_wait_s": getattr(call, "snapshot_wait_seconds", None),
-                          "tags": call.tags, "report_warnings": call.report.warnings if call.report else [],
+                          "tags": call.tags, "shape": call.shape, "report_warnings": call.report.warnings if call.report else [],
                           "capture_phases": getattr(call, "capture_phases", None)}
     from torch._dynamo.utils import counters
 

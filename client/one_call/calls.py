@@ -121,6 +121,10 @@ class CallSpec:
     def dynamic(self) -> bool:
         return any(t.dynamic for t in self.tensors)
 
+    def dynamic_leaves(self) -> List[Tuple[int, int]]:
+        """(leaf index, dim) of every declared varying dim: what the proof's trace marks dynamic."""
+        return [(i, d) for i, t in enumerate(self.tensors) for d, dim in enumerate(t.shape) if not isinstance(dim, int)]
+
     def flat(self, args: Sequence[Any], kwargs: Optional[Mapping[str, Any]]) -> List[Any]:
         return leaves(args, kwargs)[0]
 

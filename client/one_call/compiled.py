@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Any, Dict, Mapping, Optional
 
-from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support, verify as verify_mod
+from . import calls, identity, proof as proof_mod, publisher as publisher_mod, spec as spec_mod, support
+from . import verify as verify_mod
 from .binding import Binding
 from .runner import Runner
 from ..errors import CacheClientError, HitRequired
@@ -82,6 +83,8 @@ class CompiledModel:
         self._verify = verify
         self._runner: Optional[Runner] = None
         self._binding: Optional[Binding] = None
+        #: the package's guards, holding for this model (proof.py): checked before every served call
+        self._proof: Optional[proof_mod.Proof] = None
         self._snapshot_future: Any = None
         self._compiled: Any = None
         #: calls served by the precompiled artifact / by torch.compile, and why torch.compile served
@@ -111,10 +114,12 @@ class CompiledModel:
         why = support.check_host(report.meta, self.device)
         if why is None:
             try:
+                # the proof first: a package that cannot vouch for this model is not even opened
+                checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), self.model)
                 binding = Binding(self.model)
                 self._runner = Runner(report.artifacts[0], binding.constants, self.device,
                                       cuda_graph=self.cuda_graph)
-                self._binding = binding
+                self._binding, self._proof = binding, checked
                 if self._runner.in_spec != self.spec.structure:  # the key's shape text matched, the package not
                     why, self._runner, self._binding = "the package's inputs are not this call's arguments", None, None
             except CacheClientError as exc:
@@ -172,7 +177,7 @@ class CompiledModel:
             why = self.spec.mismatch(args, kwargs, self.model)
             declared = why is None
             flat = self.spec.flat(args, kwargs) if declared else None
-            why = why or spec_mod.grad_wanted(flat, self.model) or self._stale()
+            why = why or spec_mod.grad_wanted(flat, self.model) or self._unproven(args, kwargs) or self._stale()
             if why is None:
                 self.calls["artifact"] += 1
                 if self.calls["artifact"] > 1:
@@ -189,6 +194,12 @@ class CompiledModel:
         if first and self._runner is None and self._publish:
             self._start_publish()
         return out
+
+    def _unproven(self, args: tuple, kwargs: dict) -> Optional[str]:
+        """None while the package's guards hold for this call (proof.py); else the first that fails."""
+        if self._proof.holds(args, kwargs):
+            return None
+        return f"the package's guards fail for this call: {self._proof.why_not(args, kwargs)}"
 
     def _stale(self) -> Optional[str]:
         """None while the package runs on the model's tensors (rebinding replaced ones); else why not."""

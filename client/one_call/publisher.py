@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import build, export, support, verify
+from . import build, ends, export, proof, support, verify
 from .. import artifacts
 from ..errors import CacheClientError
 
@@ -36,18 +36,29 @@ class Publisher:
         self._work: Optional[str] = None  # the exported program's folder, removed when the thread ends
         self._not_exported = ""
         self._imports: List[str] = []  # the modules of the program's pytree types (export.py)
+        self._proof: Optional[proof.Built] = None  # the trace's guards, shipped in the package (proof/)
+        self._ends: List[ends.End] = []  # the declared ranges' ends the publish check adds (ends.py)
 
     def export(self) -> None:
-        """Export the model for the package (the aoti route). Never raises: a failure is the artifact's error."""
+        """Trace the model's guards and export it for the package (the aoti route), in the caller's
+        thread and grad/autocast state. Never raises: a failure is the artifact's error."""
         c = self.compiled
         if c.route != "aoti" or support.support():
             return
         self._work = tempfile.mkdtemp(prefix="cachesvc-compile-")
         try:
-            self._imports = export.export(c.model, c.args, os.path.join(self._work, "exported.pt2"),
-                                          kwargs=c.call_kwargs,
-                                          dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args,
-                                                                                      c.call_kwargs))
+            self._proof = proof.capture(c.model, c.args, c.call_kwargs, dynamic=c.spec.dynamic_leaves())
+            self._proof, self._ends = ends.plan(c, self._proof)
+        except proof.NoProof as exc:  # a package nothing can vouch for would never serve: none is built
+            self._not_exported = f"no proof the package computes this model: {exc.message}"
+            return
+        try:
+            with proof.environment_reads(self._proof) as names:
+                self._imports = export.export(c.model, c.args, os.path.join(self._work, "exported.pt2"),
+                                              kwargs=c.call_kwargs,
+                                              dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args,
+                                                                                          c.call_kwargs))
+            self._proof = self._proof.with_environment(names)
         except Exception as exc:  # noqa: BLE001 - torch.export refuses many models; the call's result is good
             self._not_exported = f"torch.export failed: {export.why_failed(exc)}"
 
@@ -111,8 +122,10 @@ class Publisher:
         phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode, imports=self._imports)
         build_seconds = time.monotonic() - started
         checked = time.monotonic()
-        verify.verify(path, c.model, c.example_inputs, c.device, calls=c.spec.calls, imports=self._imports,
-                      cuda_graph=c.cuda_graph)
+        failed = verify.verify(path, c.model, c.example_inputs, c.device, calls=c.spec.calls, imports=self._imports,
+                               cuda_graph=c.cuda_graph, optional=[end.call for end in self._ends])
+        self._proof = ends.settle(c, self._proof, self._ends, failed)
+        proof.attach(path, self._proof)
         check_seconds = time.monotonic() - checked
         meta = dict(artifacts.artifact_meta(support.KIND, c.example_inputs, c.device),
                     **support.host_meta(c.device), structure=c.tags["structure"])
@@ -120,7 +133,9 @@ class Publisher:
                                         compile_seconds=build_seconds)
         log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s: %s; checked in %.1f s): %s",
                  c.name, build_seconds, _phase_summary(phases), check_seconds, report.summary())
-        return dict(report.to_dict(), build_s=build_seconds, build_phases=phases, check_s=check_seconds)
+        return dict(report.to_dict(), build_s=build_seconds, build_phases=phases, check_s=check_seconds,
+                    proof={"guards": self._proof.guards, "capture_s": round(self._proof.seconds, 3),
+                           "bytes": len(self._proof.data)})
 
 
 #: how long an exiting process waits for its publish (a package build is tens of seconds on a CPU)

@@ -10,7 +10,8 @@ when it appears.
         uvicorn --app-dir deploy/integrations fastapi_app:app --port 8080
 
 With ONE_CALL=1 the restore and torch.compile are one call, ``cachesvc_client.compile``: a hit runs
-the published AOTInductor package on the model's own weights without Dynamo or Inductor; a miss
+the published AOTInductor package on the model's own weights, nothing traced or compiled (Dynamo's guards
+check that the package is this model's computation); a miss
 compiles and, with a write token, publishes in the background (PUBLISH_WAIT_SECONDS: how long start-up
 waits for that, as a build job or the first replica would).
 
@@ -79,7 +80,8 @@ class Batch(BaseModel):
 def ready() -> dict:
     calls = dict(getattr(app.state.compiled, "calls", {}))  # the one call: what served the calls so far
     return {"restored": app.state.restored, "warmup_seconds": round(app.state.warmup, 3), "calls": calls,
-            "dynamo_imported": "torch._dynamo" in sys.modules, **cache_counters()}
+            # nothing traced or compiled in this process: Dynamo's compiler and Inductor's never ran
+            "compiler_imported": "torch._inductor.compile_fx" in sys.modules, **cache_counters()}
 
 
 @app.post("/predict")

@@ -11,26 +11,31 @@ Restarted containers then check:
   from Inductor's cache (fxgraph_cache_hit), and says which field was off, once;
 - a hit is counted by the service's stats (hits, compile seconds saved);
 - another ``forward`` (relu to tanh) or another setting (LeakyReLU's slope), same names and shapes,
-  is another key: a miss that torch.compile serves, equal to eager;
+  is another key: a miss that torch.compile serves, equal to eager; so is a file of an installed library
+  patched under the same version (the same key: the package's proof sees the lines it traced);
 - weights replaced after the first call (``load_state_dict(assign=True)``, ``.data =``, a new
   ``nn.Parameter``) are seen at the next call: the package is rebound and equals eager;
-- ``verify=True`` checks the first call against eager, and a package that differs from it (built for
-  code whose helper in another file, which the key does not follow, now returns another constant)
-  is set aside: torch.compile answers, and says why once;
+- ``verify=True`` checks the first call against eager, and a package that differs from it (machine
+  code that is not its proof's computation, as a damaged build or a bucket writer could publish) is set
+  aside: torch.compile answers, and says why once;
 - ``require_hit`` (the argument, or ``CACHESVC_REQUIRE_HIT=1``) makes a miss, or a hit that falls
   back on the declared inputs, raise HitRequired naming why;
-- a builder whose torch.export failed leaves the cause on its snapshot, and a restarted process that
-  misses the package names it.
+- a builder that could make no package (its trace branches on a tensor's value) leaves the cause on its
+  snapshot, and a restarted process that misses the package names it.
 """
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import zipfile
 
 import pytest
 import requests
 
+from cachesvc_client import CacheClient, artifacts
 from cachesvc_client.one_call import support
+from cachesvc_client.one_call.proof import container as proof_container
 from harness.containers import Container
 from harness.service import ServiceProcess
 
@@ -62,8 +67,8 @@ class Tiny(nn.Module):
 #: the deploys' code (forward's function, the helper's constant, the global tensor, a branch): the built
 #: one (relu), another forward (tanh), the helper in another file returning another constant (shifted:
 #: the key follows it), a library file under site-packages patched under the same version (rescaled: the
-#: key holds the library's version, not its code, so the package's answer is wrong; verify=True sees it),
-#: and a branch on a tensor's value (torch.export refuses it)
+#: key holds the library's version, not its code: the same key, and the proof refuses the package), and a
+#: branch on a tensor's value (no package can be built for it)
 CODE = {"relu": ("relu", 0.5, 1.0, ""), "tanh": ("tanh", 0.5, 1.0, ""), "shifted": ("relu", 1.5, 1.0, ""),
         "rescaled": ("relu", 0.5, 2.0, ""),
         "noexport": ("relu", 0.5, 1.0, "\n        if h.sum() > 0:\n            h = h * 2")}
@@ -153,13 +158,17 @@ def test_package_hits_count_as_hits_in_the_stats(built):
     ((), "tanh", {}, "code"),                        # forward calls tanh, not relu: same names and shapes
     ((), "relu", {"TINY_SLOPE": "0.9"}, "config"),   # LeakyReLU(0.9), not LeakyReLU(0.01)
     ((), "shifted", {}, "code"),                     # the helper in tinyhelp.py returns 1.5, not 0.5
+    ((), "rescaled", {}, "proof"),                   # tinylib.py returns 2.0 under the same version: the same key
 ])
-def test_another_forward_or_setting_is_another_key(built, flags, code, env, changed):
+def test_another_forward_or_setting_is_another_key_or_not_proven(built, flags, code, env, changed):
     r = run(built, *flags, code=code, **env)
     assert r["compile"]["source"] == "compiled", r["compile"]
     assert r["compile"]["calls"] == {"artifact": 0, "torch.compile": 1}
     assert r["max_abs_diff"] < TOL and r["counters_all"]["frames"]["ok"] >= 1
     assert r["compile"]["why"] == r["compile"]["miss_reason"] and r["compile"]["why"], r["compile"]
+    if changed == "proof":  # the key found the package; the proof saw the library's lines differ
+        assert r["compile"]["why"] == "not using the published artifact: tinylib lines 1-2 are not the ones the " \
+                                      "package was built from", r["compile"]
 
 
 @pytest.mark.parametrize("how", ["assign", "data", "param", "dict"])
@@ -176,12 +185,43 @@ def test_verify_checks_the_first_call_against_eager(built):
     assert r["compile"]["verify_s"] is not None and r["max_abs_diff"] < TOL, r["compile"]
 
 
-def test_verify_sends_a_package_that_differs_from_eager_to_torch_compile(built):
-    """The fault: a package served to a process whose model differs where the key does not look (a file of
-    an installed library patched under the same version returns 2.0, not 1.0): the same key, a hit, and a
-    wrong package. verify=True's first
-    call compares it with eager: the call returns torch.compile's answer, says why once, keeps it in calls."""
-    r, err = run_logged(built, "--verify-first", "--steps", "2", code="rescaled")
+@pytest.fixture(scope="module")
+def tampered(built, tmp_path_factory):
+    """A version whose machine code is not its proof's computation, as a damaged build or a bucket writer
+    with a write token could publish: relu's package carrying the proof of the rescaled code (tinylib.py
+    returns 2.0), under the name ``tiny-tampered`` and the key both codes share (the library is keyed by
+    its version). The rescaled restart's proof holds; its package's answer is relu's."""
+    svc, ctr, paths, _ = built
+    base = tmp_path_factory.mktemp("tampered")
+    warm = run(built)  # relu's key: its tags and shape
+    key_args = (warm["compile"]["shape"], warm["compile"]["tags"])
+    proof_file = base / "rescaled.proof"
+    capture = ("import sys\nfrom harness.models import build_call\nfrom cachesvc_client.one_call import proof\n"
+               "model, inputs, kwargs = build_call('tiny')\nbuilt = proof.capture(model, inputs, kwargs or {})\n"
+               "with proof.environment_reads(built) as names:\n    model(*inputs)\n"
+               "open(sys.argv[1], 'wb').write(built.with_environment(names).data)\n")
+    done = subprocess.run([sys.executable, "-c", capture, str(proof_file)], capture_output=True, text=True,
+                          env=Container(base, "capture").env(DEMO_MODEL_DIR=paths["rescaled"]), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = CacheClient(svc.url, token=svc.token, cache_dir=str(base / "cache"))
+    relu = client.restore("tiny", *key_args, kind=support.KIND)
+    assert relu.hit, relu.reason
+    crafted = base / "model.pt2"
+    with zipfile.ZipFile(relu.artifacts[0]) as good, zipfile.ZipFile(crafted, "w") as bad:
+        for item in good.infolist():
+            if item.filename != proof_container.ENTRY:
+                bad.writestr(item, good.read(item))
+        bad.writestr(proof_container.ENTRY, proof_file.read_bytes())
+    artifacts.publish_file(client.api, client.key("tiny-tampered", *key_args), support.KIND, path=str(crafted),
+                           meta=relu.meta)
+    return built
+
+
+def test_verify_sends_a_package_that_differs_from_eager_to_torch_compile(tampered):
+    """The fault: a hit whose package's machine code is not the computation its proof vouches for.
+    verify=True's first call compares it with eager: the call returns torch.compile's answer, says why
+    once, keeps it in calls."""
+    r, err = run_logged(tampered, "--verify-first", "--steps", "2", "--name", "tiny-tampered", code="rescaled")
     assert r is not None, err[-3000:]
     c = r["compile"]
     assert c["calls"] == {"artifact": 0, "torch.compile": 3}, c  # the first call and both steps
@@ -192,11 +232,11 @@ def test_verify_sends_a_package_that_differs_from_eager_to_torch_compile(built):
 
 
 @pytest.mark.parametrize("how", [("--require-hit",), ()])
-def test_require_hit_refuses_a_hit_that_falls_back_on_the_declared_inputs(built, how):
+def test_require_hit_refuses_a_hit_that_falls_back_on_the_declared_inputs(tampered, how):
     env = {} if how else {"CACHESVC_REQUIRE_HIT": "1"}
-    r, err = run_logged(built, "--verify-first", *how, code="rescaled", **env)
+    r, err = run_logged(tampered, "--verify-first", "--name", "tiny-tampered", *how, code="rescaled", **env)
     assert r is None, r
-    assert "HitRequired: cachesvc compile tiny: a hit is required" in err, err[-3000:]
+    assert "HitRequired: cachesvc compile tiny-tampered: a hit is required" in err, err[-3000:]
     assert "the package's first output differs from eager's" in err, err[-3000:]
 
 
@@ -207,7 +247,8 @@ def test_a_restarted_process_says_why_its_builder_published_no_package(built):
     builder, err = run_logged(built, "--publish", code="noexport", ctr=Container(ctr.root.parent, "builder"))
     assert builder is not None, err[-3000:]
     failed = builder["publish"]["artifact"]["error"]
-    assert failed.startswith("torch.export failed: "), builder["publish"]
+    assert failed.startswith("no proof the package computes this model: Dynamo could not trace the model in one "
+                             "graph: "), builder["publish"]
     r, err = run_logged(built, code="noexport")
     assert r is not None, err[-3000:]
     c = r["compile"]

@@ -1,0 +1,231 @@
+"""The restart's side of a proof: compare it with the live model, rebuild the guard tree, check each call.
+
+``Proof.load`` compares every entry's portable descriptions, traced source lines and pinned environment
+with this process, then builds torch's guard tree over the live objects (``CheckFunctionManager``, as
+torch's own AOT precompile loads guards); ``Proof.holds`` runs the trees before each served call.
+"""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import importlib
+import linecache
+import os
+import sys
+import time
+import types
+from typing import Any, Dict, List, Mapping, Optional
+
+from . import portable
+from .container import NoProof, decode
+from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
+
+
+class Proof:
+    """A package's guards, holding for the live ``model``: ``holds(args, kwargs)`` before each served call
+    (one tree per entry: a call is served when any holds). ``Proof.load`` raises NoProof (why, in one
+    line) when the live state is not the build's."""
+
+    def __init__(self, model: Any, managers: List[Any], guards: int, seconds: float):
+        self.model, self._managers, self.guards, self.load_seconds = model, managers, guards, seconds
+
+    @classmethod
+    def load(cls, data: bytes, model: Any) -> "Proof":
+        import torch
+
+        started = time.monotonic()
+        header, entries = decode(data, torch.__version__)
+        _check_environment(header["environ"])
+        managers, why = [], ""
+        for entry, state in entries:
+            try:
+                managers.append(_rebuild(entry, state, model))
+            except NoProof as exc:
+                why = why or exc.message
+            except Exception as exc:  # noqa: BLE001 - a state torch cannot rebuild here is no proof
+                why = why or f"the guards could not be rebuilt here: {first_line(exc)}"
+            if not managers:  # the example's own entry comes first: without it nothing serves
+                raise NoProof(why)
+        guards = sum(int(entry.get("guards", 0)) for entry, _ in entries)
+        return cls(model, managers, guards, time.monotonic() - started)
+
+    def holds(self, args: tuple, kwargs: dict) -> bool:
+        """Whether the package computes what the model would for this call, as torch.compile decides."""
+        frame = {"self": self.model, "args": args, "kwargs": kwargs}
+        return any(manager.check(frame) for manager in self._managers)
+
+    def why_not(self, args: tuple, kwargs: dict) -> str:
+        """The first guard of the example's entry that fails for this call (torch's words), for the log."""
+        try:
+            verbose = self._managers[0].check_verbose({"self": self.model, "args": args, "kwargs": kwargs})
+            parts = list(getattr(verbose, "verbose_code_parts", ()) or ())
+            return (parts[0] if parts else str(verbose)).strip()[:300]
+        except Exception as exc:  # noqa: BLE001 - only the wording of a log line
+            return f"a guard failed ({type(exc).__name__})"
+
+
+def _check_environment(environ: Mapping[str, Any]) -> None:
+    for name, value in environ.items():
+        if os.environ.get(name) != value:
+            raise NoProof(f"the environment variable {name} is {_shown(os.environ.get(name))} here; the package "
+                          f"was built with it {_shown(value)}")
+
+
+def _shown(value: Optional[str]) -> str:
+    return "unset" if value is None else f"= {short(repr(value))}"
+
+
+def _rebuild(header: dict, state_bytes: bytes, model: Any) -> Any:
+    """One entry's guard tree over the live ``model``, after its descriptions and sources compared equal."""
+    from torch._dynamo import config as dynamo_config, convert_frame
+    from torch._dynamo.guards import CheckFunctionManager
+    from torch._dynamo.mutation_guard import install_generation_tagging_init
+    from torch._dynamo.output_graph import OutputGraphCommon
+    from torch._dynamo.package import load_guards_state
+
+    _check_sources(header["sources"])
+    # Dynamo wraps nn.Module.__init__ and __setstate__ the first time it traces (mutation_guard.py): the
+    # build's classes were described wrapped, so these are too
+    install_generation_tagging_init()
+    state = load_guards_state(state_bytes)
+    fn, _ = convert_frame.get_traced_fn(model.__call__)
+    graph = state.output_graph
+    live_globals = fn.__globals__
+    _install_aliases(graph, live_globals)
+    live_locals = dict(graph.local_scope)
+    live_locals["self"] = model
+    _compare(graph.guards, header["described"], live_locals, live_globals)
+    live = dataclasses.replace(graph, local_scope=live_locals, global_scope=live_globals,
+                               _guards=_read_live(graph.guards))
+    # skip_nnmodule_hook_guards (torch's default) drops the guards that a module has no hooks; torch calls
+    # that unsafe: a hook registered after the trace would be ignored. Here a hook is another computation.
+    # Shape guards stay Python (torch's default): C++ ones would run a compiler at every start.
+    try:
+        with dynamo_config.patch(skip_nnmodule_hook_guards=False, enable_cpp_symbolic_shape_guards=False):
+            check = CheckFunctionManager(fn.__code__, OutputGraphCommon(live),
+                                         shape_code_parts=state.shape_code_parts, runtime_global_scope=live_globals)
+    except AssertionError as exc:  # torch checks the new tree on the frame's own values: a structural guard failed
+        raise NoProof(f"a guard fails on this model: {first_line(exc)}") from exc
+    _check_now(check.guard_manager, live_locals)
+    return check.guard_manager
+
+
+def _check_now(manager: Any, frame: dict) -> None:
+    """The tree, checked once at load on the live model and stand-ins for the build's inputs, under no grad as
+    the trace ran: a structural guard that fails here (an instance ``forward``, a hook, a missing attribute)
+    fails every call, so the package is not used at all. A failure of the process's global state (this
+    thread's grad or autocast mode now) or of an input says nothing of later calls, each checked anyway."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    live = dict(frame, **{k: pytree.tree_map(_stand_in, frame[k]) for k in CALL_LOCALS if k in frame})
+    with torch.no_grad():
+        if manager.check(live):
+            return
+        verbose = manager.check_verbose(live)
+    parts = list(getattr(verbose, "verbose_code_parts", ()) or ())
+    why = (parts[0] if parts else str(verbose)).strip()
+    if not why.startswith("GLOBAL_STATE") and not any(f"L['{k}']" in why for k in CALL_LOCALS):
+        raise NoProof(f"a guard fails on this model: {why[:300]}")
+
+
+def _stand_in(value: Any) -> Any:
+    """A real tensor of a (fake) input's layout, dtype, device, grad flag and inference-ness; else the value."""
+    import contextlib
+
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    keys = getattr(value, "dispatch_keys", None) or torch._C._dispatch_keys(value)
+    inference = not keys.has(torch._C.DispatchKey.ADInplaceOrView)
+    with torch.inference_mode() if inference else contextlib.nullcontext():
+        real = torch.empty_strided(tuple(int(s) for s in value.shape), tuple(int(s) for s in value.stride()),
+                                   dtype=value.dtype, device=value.device)
+    return real.requires_grad_(True) if value.requires_grad else real
+
+
+def _read_live(guards: Any) -> Any:
+    """The guards, each reading its value from the live objects: Dynamo hands some a value it computed
+    (a numpy scalar's tensor), which torch's pickler leaves behind as missing."""
+    import functools
+
+    from torch._dynamo.guards import _Missing
+    from torch._guards import GuardsSet
+
+    kept = []
+    for guard in guards:
+        fn = guard.create_fn
+        if isinstance(fn, functools.partial) and isinstance(fn.keywords.get("value"), _Missing):
+            keywords = {k: v for k, v in fn.keywords.items() if k != "value"}
+            guard.create_fn = functools.partial(fn.func, *fn.args, **keywords)
+        kept.append(guard)
+    return GuardsSet(type(guards.inner)(kept))
+
+
+def _install_aliases(graph: Any, live_globals: dict) -> None:
+    """The globals Dynamo adds to the traced frame's module for the modules it reached (``__import_x``,
+    ``_<id>_c0``) and for the builtins dict: a restarted process has not traced, so they are put there
+    as Dynamo would. Only modules travel (by name: ``_only_the_call_pickled``)."""
+    from torch._dynamo.output_graph import get_builtins_dict
+
+    for name, value in dict(graph.global_scope).items():
+        # the module as this process has it now (the pickle imported it by name): an alias left by an
+        # earlier trace may name a module since imported afresh, whose values the model no longer reads
+        if isinstance(value, types.ModuleType) and live_globals.get(name) is not value:
+            live_globals[name] = value
+    builtins_name = getattr(graph, "name_of_builtins_dict_key_in_fglobals", None)
+    if builtins_name and builtins_name not in live_globals:
+        live_globals[builtins_name] = get_builtins_dict(live_globals)
+
+
+def _compare(guards: Any, described: Mapping[str, Optional[str]], live_locals: dict, live_globals: dict) -> None:
+    """Every guard on the model or the globals: the live value, described portably, is the build's."""
+    from torch._dynamo.guards import _get_closure_vars
+
+    scope = {"L": live_locals, "G": live_globals, "__builtins__": builtins.__dict__}
+    closure_vars = _get_closure_vars()
+    cache: Dict[Any, Any] = {}
+    for guard in guards:
+        kind = guard.create_fn_name()
+        if kind in GLOBAL_KINDS or root(guard.originating_source) in CALL_LOCALS:
+            continue
+        filed = key(guard)
+        if filed not in described:
+            raise NoProof(f"the proof does not describe {kind} on {guard.name}")
+        want = described[filed]
+        try:
+            value = guard.originating_source.get_value(scope, closure_vars, cache)
+        except Exception:  # noqa: BLE001 - the source does not exist here
+            if want is None:
+                continue
+            raise NoProof(f"{guard.name} is not there in this process (the build read it)") from None
+        got = portable.describe(kind, value)
+        if got != want:
+            raise NoProof(f"{guard.name} is not what the package was built with ({kind}: "
+                          f"built {short(want)}, here {short(got)})")
+    for filed, want in described.items():
+        if not filed.startswith(INPUT):
+            continue
+        name = filed[len(INPUT):]
+        try:
+            got = portable.graph_input(eval(name, dict(scope), closure_vars))  # noqa: S307 - Dynamo's own source text
+        except Exception:  # noqa: BLE001
+            got = None
+        if got is None or got != want:
+            raise NoProof(f"{name}, which the package holds as a constant, is not the value it was built with")
+
+
+def _check_sources(sources: List[Any]) -> None:
+    for module_name, first, last, digest in sources:
+        module = sys.modules.get(module_name)
+        if module is None:
+            try:
+                module = importlib.import_module(module_name)
+            except Exception as exc:  # noqa: BLE001
+                raise NoProof(f"{module_name}, which the build traced, does not import here: "
+                              f"{first_line(exc)}") from exc
+        filename = getattr(module, "__file__", None) or ""
+        lines = linecache.getlines(filename, module.__dict__)[first - 1:last - 1]
+        if lines_digest(lines) != digest:
+            raise NoProof(f"{module_name} lines {first}-{last - 1} are not the ones the package was built from")

@@ -1,0 +1,53 @@
+"""What the build and the restart agree on about a guard: its kind's family, the frame local it starts
+from, the key its description is filed under."""
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from typing import Any, Optional, Sequence
+
+#: guard kinds whose expectation comes from the traced process's global state (grad mode, autocast,
+#: default device, ...): serialized by torch and checked as the build saw it
+GLOBAL_KINDS = frozenset({"GRAD_MODE", "DETERMINISTIC_ALGORITHMS", "FSDP_TRAINING_STATE", "GLOBAL_STATE",
+                          "TORCH_FUNCTION_STATE", "DEFAULT_DEVICE", "SHAPE_ENV", "DUAL_LEVEL",
+                          "FUNCTORCH_STACK_MATCH", "AUTOGRAD_SAVED_TENSORS_HOOKS"})
+#: guard kinds whose description holds a class's members' code (portable.klass)
+CLASS_KINDS = frozenset({"TYPE_MATCH", "CLASS_MATCH", "ID_MATCH"})
+#: the frame's locals that are the call (their guards keep torch's serialized expectations)
+CALL_LOCALS = ("args", "kwargs")
+#: the described-entry prefix of a graph input read from the model or the globals (capture._record_inputs)
+INPUT = "INPUT "
+#: a graph input Dynamo reads from a module's own slot: the package binds the live tensor there (runner.py)
+SLOT = re.compile(r"\._(parameters|buffers)\[[^\]]+\]$")
+#: Python's own modules: their code is the interpreter's (the key holds the Python version)
+STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def root(source: Any) -> Optional[str]:
+    """The frame local (``self``, ``args``, ``kwargs``) or ``G`` a guard's source starts from."""
+    from torch._dynamo.source import get_global_source_name, get_local_source_name
+
+    local = get_local_source_name(source)
+    if local is not None:
+        return local
+    return "G" if get_global_source_name(source) is not None else None
+
+
+def key(guard: Any) -> str:
+    """Where a guard's description is filed: its kind and its source's text."""
+    return f"{guard.create_fn_name()} {guard.name}"
+
+
+def lines_digest(lines: Sequence[str]) -> str:
+    return hashlib.sha256("".join(lines).encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def short(text: Optional[str]) -> str:
+    text = "(not portable)" if text is None else text
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")

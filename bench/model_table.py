@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import log, service, service_source, workdir, write_json  # noqa: E402
 from harness.containers import Container  # noqa: E402
 
-MODELS = "bert,gpt2,roberta,distilbert,opt,llama,vit"
+MODELS = "bert,gpt2,roberta,distilbert,opt,llama,t5,vit"
 DTYPE_SUFFIX = {"fp32": "", "bf16": "-bf16", "fp16": "-fp16"}
 
 

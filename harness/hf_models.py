@@ -1,6 +1,6 @@
 """Small transformers models built from configs (random weights: nothing is fetched from a hub).
 
-Each is a family a service would run: encoders (BERT, RoBERTa, DistilBERT), decoders without a KV
+Each is a family a service would run: encoders (BERT, RoBERTa, DistilBERT, T5's), decoders without a KV
 cache (GPT-2, OPT, Llama), a vision transformer (ViT). The configs are tiny (hidden size 64, two
 layers) so a cold compile takes seconds on a CPU; ``<name>-large`` widens them for a GPU. A name
 may end in ``-bf16`` or ``-fp16``: the model and its float inputs in that dtype.
@@ -25,6 +25,7 @@ FAMILIES = {
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", "text"),
     "opt": ("OPTConfig", "OPTForCausalLM", "text"),
     "llama": ("LlamaConfig", "LlamaForCausalLM", "text"),
+    "t5": ("T5Config", "T5EncoderModel", "text"),
     "vit": ("ViTConfig", "ViTModel", "image"),
 }
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
@@ -58,6 +59,8 @@ def _config_kwargs(family: str, size: Dict[str, int]) -> Dict[str, Any]:
     if family == "gpt2":  # no KV cache: what a scoring or prefill service runs
         return dict(n_embd=h, n_layer=n, n_head=heads, n_inner=ffn, vocab_size=VOCAB, n_positions=512,
                     use_cache=False, bos_token_id=0, eos_token_id=0)
+    if family == "t5":
+        return dict(d_model=h, num_layers=n, num_heads=heads, d_ff=ffn, d_kv=h // heads, vocab_size=VOCAB)
     if family == "vit":
         return dict(hidden_size=h, num_hidden_layers=n, num_attention_heads=heads, intermediate_size=ffn,
                     image_size=IMAGE, patch_size=8)

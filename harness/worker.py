@@ -248,7 +248,8 @@ def main() -> None:
         out["replaced_max_abs_diff"] = _replaced(args.replace_weights, model, call, inputs)
     if args.one_call:
         out["compile"] = {"calls": dict(call.calls), "route": call.route, "source": call.source, "miss_reason": call.miss_reason,
-                          "load_s": call.load_seconds, "cuda_graph": call.cuda_graph, "capture_s": call.capture_seconds,
+                          "load_s": call.load_seconds, "proof_s": getattr(call, "proof_seconds", None),
+                          "proof_guards": getattr(call, "proof_guards", None), "cuda_graph": call.cuda_graph, "capture_s": call.capture_seconds,
                           "why": getattr(call.calls, "why", None), "causes": getattr(call.calls, "causes", None),
                           "verify_s": getattr(call, "verify_seconds", None),
                           "snapshot_wait_s": getattr(call, "snapshot_wait_seconds", None),

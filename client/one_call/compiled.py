@@ -77,6 +77,9 @@ class CompiledModel:
                      "options": _options_digest(mode, torch_compile_kwargs)}
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
+        #: a hit's proof: how long comparing it and rebuilding its guard trees took, and how many guards
+        self.proof_seconds: Optional[float] = None
+        self.proof_guards = 0
         #: a hit's first torch.compile call: how long it waited for the background snapshot restore
         self.snapshot_wait_seconds: Optional[float] = None
         self.require_hit = support.require_hit(require_hit)
@@ -120,6 +123,7 @@ class CompiledModel:
                 self._runner = Runner(report.artifacts[0], binding.constants, self.device,
                                       cuda_graph=self.cuda_graph)
                 self._binding, self._proof = binding, checked
+                self.proof_seconds, self.proof_guards = checked.load_seconds, checked.guards
                 if self._runner.in_spec != self.spec.structure:  # the key's shape text matched, the package not
                     why, self._runner, self._binding = "the package's inputs are not this call's arguments", None, None
             except CacheClientError as exc:

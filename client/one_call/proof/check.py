@@ -26,8 +26,12 @@ class Proof:
     (one tree per entry: a call is served when any holds). ``Proof.load`` raises NoProof (why, in one
     line) when the live state is not the build's."""
 
-    def __init__(self, model: Any, managers: List[Any], guards: int, seconds: float):
+    def __init__(self, model: Any, managers: List[Any], guards: int, seconds: float,
+                 phases: Optional[Dict[str, float]] = None, hooks: Optional["Hooks"] = None):
         self.model, self._managers, self.guards, self.load_seconds = model, managers, guards, seconds
+        #: where ``load_seconds`` went: sources, unpickle, compare, tree, check (summed over the entries)
+        self.phases = dict(phases or {})
+        self._hooks = hooks
 
     @classmethod
     def load(cls, data: bytes, model: Any) -> "Proof":
@@ -36,10 +40,10 @@ class Proof:
         started = time.monotonic()
         header, entries = decode(data, torch.__version__)
         _check_environment(header["environ"])
-        managers, why = [], ""
+        managers, why, phases, hooks = [], "", {}, Hooks(model)
         for entry, state in entries:
             try:
-                managers.append(_rebuild(entry, state, model))
+                managers.append(_rebuild(entry, state, model, phases, hooks))
             except NoProof as exc:
                 why = why or exc.message
             except Exception as exc:  # noqa: BLE001 - a state torch cannot rebuild here is no proof
@@ -47,15 +51,21 @@ class Proof:
             if not managers:  # the example's own entry comes first: without it nothing serves
                 raise NoProof(why)
         guards = sum(int(entry.get("guards", 0)) for entry, _ in entries)
-        return cls(model, managers, guards, time.monotonic() - started)
+        return cls(model, managers, guards, time.monotonic() - started, phases, hooks)
 
     def holds(self, args: tuple, kwargs: dict) -> bool:
-        """Whether the package computes what the model would for this call, as torch.compile decides."""
+        """Whether the package computes what the model would for this call, as torch.compile decides (and
+        no module has gained a hook since the build)."""
+        if self._hooks is not None and self._hooks.why():
+            return False
         frame = {"self": self.model, "args": args, "kwargs": kwargs}
         return any(manager.check(frame) for manager in self._managers)
 
     def why_not(self, args: tuple, kwargs: dict) -> str:
         """The first guard of the example's entry that fails for this call (torch's words), for the log."""
+        hooked = self._hooks.why() if self._hooks is not None else None
+        if hooked:
+            return hooked
         try:
             verbose = self._managers[0].check_verbose({"self": self.model, "args": args, "kwargs": kwargs})
             parts = list(getattr(verbose, "verbose_code_parts", ()) or ())
@@ -75,19 +85,34 @@ def _shown(value: Optional[str]) -> str:
     return "unset" if value is None else f"= {short(repr(value))}"
 
 
-def _rebuild(header: dict, state_bytes: bytes, model: Any) -> Any:
-    """One entry's guard tree over the live ``model``, after its descriptions and sources compared equal."""
+#: Dynamo's settings for the trees built here. skip_nnmodule_hook_guards (torch's default) leaves out the
+#: guards that a module has no hooks (about a third of a transformer's per-call check): ``Hooks`` checks
+#: those instead, at load and whenever a hook has been registered anywhere since. Object aliasing
+#: (``a is b``) is checked in C++, not by Python lambdas (the same checks; 22 lambdas were a third of
+#: GPT-2's per-call check). Shape guards stay Python (torch's default): C++ ones would run a compiler at
+#: every start.
+TREE_CONFIG = {"skip_nnmodule_hook_guards": True, "use_lamba_guard_for_object_aliasing": False,
+               "enable_cpp_symbolic_shape_guards": False}
+HOOK_KIND = "EMPTY_NN_MODULE_HOOKS_DICT"
+
+
+def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, float], hooks: "Hooks") -> Any:
+    """One entry's guard tree over the live ``model``, after its descriptions and sources compared equal;
+    ``phases`` adds where the seconds went."""
     from torch._dynamo import config as dynamo_config, convert_frame
     from torch._dynamo.guards import CheckFunctionManager
     from torch._dynamo.mutation_guard import install_generation_tagging_init
     from torch._dynamo.output_graph import OutputGraphCommon
     from torch._dynamo.package import load_guards_state
 
+    started = time.perf_counter()
     _check_sources(header["sources"])
     # Dynamo wraps nn.Module.__init__ and __setstate__ the first time it traces (mutation_guard.py): the
     # build's classes were described wrapped, so these are too
     install_generation_tagging_init()
+    started = _phase(phases, "sources", started)
     state = load_guards_state(state_bytes)
+    started = _phase(phases, "unpickle", started)
     fn, _ = convert_frame.get_traced_fn(model.__call__)
     graph = state.output_graph
     live_globals = fn.__globals__
@@ -95,19 +120,27 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any) -> Any:
     live_locals = dict(graph.local_scope)
     live_locals["self"] = model
     _compare(graph.guards, header["described"], live_locals, live_globals)
+    hooks.add([g.originating_source for g in graph.guards if g.create_fn_name() == HOOK_KIND], live_locals,
+              live_globals)
+    started = _phase(phases, "compare", started)
     live = dataclasses.replace(graph, local_scope=live_locals, global_scope=live_globals,
                                _guards=_read_live(graph.guards))
-    # skip_nnmodule_hook_guards (torch's default) drops the guards that a module has no hooks; torch calls
-    # that unsafe: a hook registered after the trace would be ignored. Here a hook is another computation.
-    # Shape guards stay Python (torch's default): C++ ones would run a compiler at every start.
     try:
-        with dynamo_config.patch(skip_nnmodule_hook_guards=False, enable_cpp_symbolic_shape_guards=False):
+        with dynamo_config.patch(**TREE_CONFIG):
             check = CheckFunctionManager(fn.__code__, OutputGraphCommon(live),
                                          shape_code_parts=state.shape_code_parts, runtime_global_scope=live_globals)
     except AssertionError as exc:  # torch checks the new tree on the frame's own values: a structural guard failed
         raise NoProof(f"a guard fails on this model: {first_line(exc)}") from exc
+    started = _phase(phases, "tree", started)
     _check_now(check.guard_manager, live_locals)
+    _phase(phases, "check", started)
     return check.guard_manager
+
+
+def _phase(phases: Dict[str, float], name: str, started: float) -> float:
+    now = time.perf_counter()
+    phases[name] = phases.get(name, 0.0) + now - started
+    return now
 
 
 def _check_now(manager: Any, frame: dict) -> None:
@@ -145,9 +178,48 @@ def _stand_in(value: Any) -> Any:
     return real.requires_grad_(True) if value.requires_grad else real
 
 
+class Hooks:
+    """The module hook dicts the build saw empty (its EMPTY_NN_MODULE_HOOKS_DICT guards), checked in Python
+    at load and again whenever a hook handle has been made anywhere since (``RemovableHandle.next_id``, one
+    attribute read a call): a hook registered after the load is seen at the next call."""
+
+    def __init__(self, model: Any):
+        from torch.utils.hooks import RemovableHandle
+
+        self._handles, self._sources, self._scope, self._seen = RemovableHandle, [], {}, -1
+
+    def add(self, sources: List[Any], live_locals: dict, live_globals: dict) -> None:
+        self._sources.extend(sources)
+        self._scope = {"L": live_locals, "G": live_globals, "__builtins__": builtins.__dict__}
+        why = self._check()
+        if why:
+            raise NoProof(why)
+
+    def why(self) -> Optional[str]:
+        """None while no module the trace ran has a hook it did not have at build; else which."""
+        if self._handles.next_id == self._seen:
+            return None
+        return self._check()
+
+    def _check(self) -> Optional[str]:
+        from torch._dynamo.guards import _get_closure_vars
+
+        seen, cache, closure_vars = self._handles.next_id, {}, _get_closure_vars()
+        for source in self._sources:
+            try:
+                hooks = source.get_value(self._scope, closure_vars, cache)
+            except Exception:  # noqa: BLE001 - the module is gone: its slot's guards say so
+                continue
+            if hooks:
+                return f"{source.name} has a hook the package was not built with"
+        self._seen = seen
+        return None
+
+
 def _read_live(guards: Any) -> Any:
     """The guards, each reading its value from the live objects: Dynamo hands some a value it computed
-    (a numpy scalar's tensor), which torch's pickler leaves behind as missing."""
+    (a numpy scalar's tensor), which torch's pickler leaves behind as missing. Their stacks are dropped:
+    the source lines in a failed guard's text cost a fifth of the tree's build."""
     import functools
 
     from torch._dynamo.guards import _Missing
@@ -155,6 +227,7 @@ def _read_live(guards: Any) -> Any:
 
     kept = []
     for guard in guards:
+        guard.user_stack = None
         fn = guard.create_fn
         if isinstance(fn, functools.partial) and isinstance(fn.keywords.get("value"), _Missing):
             keywords = {k: v for k, v in fn.keywords.items() if k != "value"}

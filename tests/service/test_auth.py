@@ -188,6 +188,8 @@ def test_healthz_open_and_metrics_open_unless_closed(app, tokens):
     assert anon.get("/metrics").status_code == 401
     resp = with_token(app, tokens["read"]).get("/metrics")
     assert resp.status_code == 200 and b"cachesvc_http_requests_total" in resp.data
+    # Prometheus' own type, charset once (issue 37: "text/plain; version=1.0.0; charset=utf-8; charset=utf-8")
+    assert resp.headers["Content-Type"] == "text/plain; version=1.0.0; charset=utf-8"
 
 
 def test_revoked_token_is_refused_and_tokens_are_stored_hashed(app, tokens):

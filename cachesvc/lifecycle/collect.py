@@ -68,7 +68,7 @@ from .. import index
 from ..db import Database
 from ..errors import InvalidRequest
 from ..models import Blob, Entry, Event, Pack, PendingPack, RemoteCacheItem, Version, VersionFile, utcnow
-from ..storage import Storage, StorageError, blob_key, pack_key
+from ..storage import INCOMING, Storage, StorageError, blob_key, pack_key
 from ..config import Settings
 from .locks import gc_lock as _gc_lock, sqlite_write_lock as _sqlite_write_lock, store_lock
 
@@ -362,5 +362,27 @@ def gc(db: Database, storage: Storage, settings: Settings, now: Optional[dt.date
     result.update(packs)
     result.update(_sweep_orphans(db, storage))
     lease = settings.UPLOAD_LEASE_SECONDS + LEASE_MARGIN.total_seconds()
-    result["incoming_deleted"] = storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
+    result["incoming_deleted"] = (storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
+                                  + _sweep_uploads(db, storage, now))
     return result
+
+
+def _sweep_uploads(db: Database, storage: Storage, now: dt.datetime) -> int:
+    """Delete the presigned uploads no commit will take (``v1/incoming/<version id>/``), whatever their age: every
+    one but a pending version's within its lease (and LEASE_MARGIN). Those of a publish that never committed
+    (its row dropped above), and PUTs of a URL replayed after its version committed (it stays valid for
+    PRESIGN_EXPIRES). Listed before the versions are read: an upload exists only once its version does."""
+    found = defaultdict(list)
+    for key in storage.iter_keys(INCOMING):
+        version = key[len(INCOMING):].split("/", 1)[0]
+        found[int(version) if version.isdigit() and len(version) < 12 else -1].append(key)
+    removed, ids = 0, sorted(found)
+    for i in range(0, len(ids), _BATCH):
+        chunk = ids[i:i + _BATCH]
+        with _gc_lock(db), db.session() as s:
+            _sqlite_write_lock(s)
+            live = set(s.scalars(select(Version.id).where(Version.id.in_(chunk), Version.state == "pending",
+                                                          Version.lease_expires_at >= now - LEASE_MARGIN)))
+            doomed = [k for v in chunk if v not in live for k in found[v]]
+            removed += len(doomed) - _delete_keys(storage, doomed)
+    return removed

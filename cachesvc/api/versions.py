@@ -1,6 +1,8 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
+from cachesvc_client import keys
+
 from .. import auth, content, index, lifecycle, metrics, publish
 from ..auth import requires
 from ..models import Version, VersionFile
@@ -11,7 +13,7 @@ from . import Blueprint, body_limit, json_limit, services
 
 #: the largest requests PackTargetsSchema and UploadTargetsSchema take (their list bounds, the largest values)
 LARGEST_PACK_TARGETS = {"packs": [{"sha256": "f" * 64, "size": 2**40}] * 10_000}
-LARGEST_UPLOAD_TARGETS = {"blobs": ["f" * 64] * 1000, "zstd_sizes": {f"{n:064x}": 2**40 for n in range(1000)}}
+LARGEST_UPLOAD_TARGETS = {"blobs": ["f" * 64] * 1000, "zstd_sizes": {f"{n:064x}": keys.MAX_FILE_SIZE for n in range(1000)}}
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
 

@@ -71,8 +71,8 @@ def _install_api(app: Flask) -> None:
     metrics.install(app)
     app.after_request(add_security_headers)
     app.before_request(check_body_size)  # before anything (CSRF, a form, JSON) reads the body
+    app.before_request(auth.check_request)  # before anything checks the request: 401/403 before any 400
     app.before_request(require_utf8_query)  # before anything reads request.args
-    app.before_request(auth.check_request)  # before any view parses its arguments or body
     app.before_request(require_json_body)
 
     class _Api(Api):

@@ -72,11 +72,13 @@ def includes(have: Optional[str], need: str) -> bool:
     return have is not None and _RANK[have] >= _RANK[need]
 
 
-def requires(scope: Optional[str], open_if: Optional[str] = None) -> Callable:
+def requires(scope: Optional[str], open_if: Optional[str] = None, anonymous: bool = True) -> Callable:
     """Declare the scope a view needs (``None``: open to everyone). Enforced by ``check_request``.
 
     ``open_if`` names a boolean setting: when it is on the view is open; when off it needs a
-    token with ``scope`` (anonymous read does not count).
+    token with ``scope`` (anonymous read does not count). ``anonymous=False``: a ``read`` view that
+    needs a token even when ``CACHESVC_ANONYMOUS_READ`` lets requests without one read (a damage
+    report, which makes the service read a blob back and may forget it).
     """
     if scope is not None and scope not in _RANK:
         raise ValueError(f"unknown scope {scope!r}")
@@ -84,6 +86,7 @@ def requires(scope: Optional[str], open_if: Optional[str] = None) -> Callable:
     def deco(view):
         view._cachesvc_scope = scope or _OPEN
         view._cachesvc_open_if = open_if
+        view._cachesvc_anonymous = anonymous and open_if is None
         if scope is not None:  # the OpenAPI document says so too
             doc = view.__dict__.setdefault("_apidoc", {}).setdefault("manual_doc", {})
             doc["security"] = [{"bearerAuth": []}]
@@ -233,14 +236,15 @@ def check_request() -> None:
     """``before_request`` hook: authenticate, then authorize against the view's declared scope."""
     svc = current_app.extensions["cachesvc"]
     need = required_scope(request.endpoint)
-    open_if = getattr(current_app.view_functions.get(request.endpoint), "_cachesvc_open_if", None)
+    view = current_app.view_functions.get(request.endpoint)
+    open_if = getattr(view, "_cachesvc_open_if", None)
     if need == _OPEN or (open_if and getattr(svc.settings, open_if)):
         # the sign-in page still knows who is signed in; open API endpoints read no token at all
         g.principal = session_principal(svc) if request.blueprint in PAGE_BLUEPRINTS else ANONYMOUS
         return
     principal = _request_principal(svc)
     if principal is ANONYMOUS:
-        if need == "read" and svc.settings.ANONYMOUS_READ and not open_if:
+        if need == "read" and svc.settings.ANONYMOUS_READ and getattr(view, "_cachesvc_anonymous", True):
             principal = Principal("anonymous", "read")
         else:
             raise Unauthorized(f"this needs a bearer token with scope `{need}`: send `Authorization: Bearer "

@@ -108,7 +108,8 @@ class Metrics:
             body = generate_latest(self.registry)
         db_registry = CollectorRegistry(auto_describe=False)
         db_registry.register(app.extensions["cachesvc_db_collector"])
-        return Response(body + generate_latest(db_registry), mimetype=CONTENT_TYPE_LATEST)
+        # content_type, not mimetype: CONTENT_TYPE_LATEST has its charset, which mimetype= would add again
+        return Response(body + generate_latest(db_registry), content_type=CONTENT_TYPE_LATEST)
 
 
 def current() -> Metrics:

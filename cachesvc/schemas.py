@@ -151,6 +151,11 @@ class UploadTargetsSchema(Schema):
     blobs = fields.List(fields.String(validate=_rule(keys.check_digest)), required=True,
                         validate=validate.Length(min=1, max=1000),
                         metadata={"description": "sha256 of blobs the create answer listed to upload"})
+    zstd_sizes = fields.Dict(keys=fields.String(validate=_rule(keys.check_digest)),
+                             values=fields.Integer(strict=True, validate=validate.Range(1, keys.MAX_FILE_SIZE)),
+                             load_default=dict, validate=validate.Length(max=1000), metadata={
+        "description": "sha256 -> the length of the blob's zstd body, compressed already: its zstd target is then "
+                       "presigned for exactly that length (a target marked needs_size was the service's own)"})
 
 
 class PackPutArgs(Schema):

@@ -1,7 +1,8 @@
 """Publish: snapshot the roots, send the manifest, upload what the service lacks, commit.
 
 The service answers with the blobs it does not have; only those move, each
-compressed with zstd when that saves at least 10%. When the service offers
+compressed with zstd when that saves at least 10% (a presigned target takes one length, so a zstd body's
+is asked for once it is compressed: ``Uploads.target``). When the service offers
 ``packing``, the small ones travel in packs (``cachesvc_client.packing``). Nothing becomes visible
 until ``commit``, which the service accepts only when every blob is stored.
 """
@@ -193,11 +194,22 @@ class Uploads:
         encoding, body_file, length = encode(self.by_digest[digest], digest)
         self.progress.adjust_total(length - item["size"])  # the total starts uncompressed: progress.py
         try:
-            self.put(item["targets"][encoding], body_file, length, digest[:12])
+            self.put(self.target(item, encoding, length), body_file, length, digest[:12])
         finally:
             body_file.close()
         self.progress.advance(1, length)
         return {"sha256": digest, "encoding": encoding, "length": length}
+
+    def target(self, item: dict, encoding: str, length: int) -> dict:
+        """Where to PUT ``item``'s body of ``encoding``. A target the service marks ``needs_size`` is its own URL
+        where storage takes presigned uploads, each signed for one length: asked again with the compressed
+        length, it is presigned, so the bytes go straight to storage (through the service if it was stored since)."""
+        target = item["targets"][encoding]
+        if not target.get("needs_size"):
+            return target
+        got = self.api.call("POST", f"/api/v1/versions/{self.version_id}/uploads", check=_targets_answer,
+                            json={"blobs": [item["sha256"]], "zstd_sizes": {item["sha256"]: length}})
+        return got.get(item["sha256"], {}).get(encoding, target)
 
     def send_pack(self, group: List[dict]) -> dict:
         index, data = packing.build(group, self.by_digest)

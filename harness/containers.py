@@ -33,12 +33,18 @@ def inherited_env(drop: Tuple[str, ...] = _DROP) -> Dict[str, str]:
 
 
 class Container:
-    def __init__(self, base: Path, name: str = "ctr", token: Optional[str] = None):
+    """``python``: the container's interpreter (default: this one), ``harness``: the folder holding the
+    harness/ package its worker runs from (default: this checkout). A wheel installed in a venv of its own,
+    with a copy of harness/ outside the checkout, runs with nothing of the checkout importable."""
+
+    def __init__(self, base: Path, name: str = "ctr", token: Optional[str] = None, *, python: str = sys.executable,
+                 harness: Path = REPO):
         self.root = Path(base) / name
         self.generation = 0
         # CACHESVC_TOKEN for the container's processes (the only CACHESVC_* passed in); default:
         # this process's, which a running harness.service.ServiceProcess sets to its write token
         self.token = token
+        self.python, self.harness = str(python), Path(harness)
         self._make()
 
     @property
@@ -61,7 +67,7 @@ class Container:
         env = inherited_env()
         env.update(HOME=str(self.home), TMPDIR=str(self.tmp), TORCHINDUCTOR_CACHE_DIR=str(self.cache_dir),
                    PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.harness), env.get("PYTHONPATH")]))
         token = self.token or os.environ.get("CACHESVC_TOKEN")
         if token:
             env["CACHESVC_TOKEN"] = token
@@ -87,7 +93,7 @@ class Container:
         code = ("import json,sys\nfrom cachesvc_client import roots\n"
                 "print(json.dumps(sorted(r.role + ':' + rel for r in roots.default_roots(sys.argv[1]) "
                 "for rel, *_ in roots.walk(r.path, r.exclude))))")
-        out = subprocess.run([sys.executable, "-c", code, env["TORCHINDUCTOR_CACHE_DIR"]], env=env,
+        out = subprocess.run([self.python, "-c", code, env["TORCHINDUCTOR_CACHE_DIR"]], env=env,
                              capture_output=True, text=True, check=True)
         return set(json.loads(out.stdout))
 
@@ -127,9 +133,8 @@ class Container:
         finally:
             proc.stdout.close()
 
-    @staticmethod
-    def _worker_cmd(args) -> list:
-        return [sys.executable, str(REPO / "harness" / "worker.py"), *args]
+    def _worker_cmd(self, args) -> list:
+        return [self.python, str(self.harness / "harness" / "worker.py"), *args]
 
 
 def _result(returncode: int, stdout: str, stderr: str) -> dict:

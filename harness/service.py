@@ -22,14 +22,16 @@ class ServiceProcess:
     """``with ServiceProcess(data_dir) as svc: svc.url`` — the embedded default unless env says otherwise.
 
     Publishing needs a write token, so ``start`` makes one (``cachesvc token create`` on the
-    service's database) unless ``write_token=False``. While the service runs, this process's
+    service's database) unless ``write_token=False``. ``python``: the interpreter whose cachesvc runs (default:
+    this one); every command runs in ``data_dir``, so ``python -m`` never imports a checkout it was started in. While the service runs, this process's
     ``CACHESVC_TOKEN`` is that token (restored at ``stop``), so clients started from here,
     ``Container``'s included, can publish with no extra step; ``client_env()`` names it explicitly.
     """
 
     def __init__(self, data_dir: Path, env: Optional[Dict[str, str]] = None, port: Optional[int] = None,
-                 workers: int = 2, write_token: bool = True):
-        self.data_dir = Path(data_dir)
+                 workers: int = 2, write_token: bool = True, python: str = sys.executable):
+        self.data_dir = Path(data_dir).resolve()
+        self.python = str(python)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = env or {}
@@ -51,16 +53,17 @@ class ServiceProcess:
         env.update(CACHESVC_DATA_DIR=str(self.data_dir), PYTHONUNBUFFERED="1", **self.extra_env)
         if self.write_token and not self.token:
             # token names are unique in a database: services that share one each make their own
-            made = subprocess.run([sys.executable, "-m", "cachesvc.cli", "token", "create", "--scope", "write",
-                                   "--name", f"demo-{self.port}"], env=env, capture_output=True, text=True, timeout=120)
+            made = subprocess.run([self.python, "-m", "cachesvc.cli", "token", "create", "--scope", "write",
+                                   "--name", f"demo-{self.port}"], env=env, cwd=self.data_dir, capture_output=True,
+                                  text=True, timeout=120)
             if made.returncode != 0:
                 raise RuntimeError(f"cachesvc token create failed ({made.returncode}):\n{made.stderr[-3000:]}")
             self.token = made.stdout.strip().splitlines()[-1]
         self.log_path = self.data_dir / "service.log"
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cachesvc.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT)
+            [self.python, "-m", "cachesvc.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
+            env=env, cwd=self.data_dir, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

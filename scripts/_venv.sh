@@ -45,16 +45,20 @@ _install_torch() {
     # The +cpu pin never matches PyPI (it has no local versions): a wheel pip's configuration finds, or the CPU index
     "$PY" -m pip install -q "torch==$TORCH_VERSION+cpu" 2>/dev/null && return
     echo "no NVIDIA GPU here: torch $TORCH_VERSION+cpu from $TORCH_CPU_INDEX (CACHESVC_TORCH=cuda for PyPI's CUDA build)" >&2
-    # one retry, not pip's five with back-off: an unreachable index (no DNS) fails in seconds
-    "$PY" -m pip install -q --retries 1 --timeout 30 --index-url "$TORCH_CPU_INDEX" "torch==$TORCH_VERSION+cpu" && return
+    # one retry, not pip's five with back-off: an unreachable index (no DNS) fails in seconds. pip's own
+    # output goes to a log: an index it cannot reach ends in "ERROR: ResolutionImpossible", which reads as
+    # a conflict where nothing was found at all, so the one line below says what happened instead
+    local log=$VENV/torch-cpu-index.log
+    "$PY" -m pip install -q --retries 1 --timeout 30 --index-url "$TORCH_CPU_INDEX" "torch==$TORCH_VERSION+cpu" \
+        >"$log" 2>&1 && return
     if [[ ${CACHESVC_TORCH:-} == cpu ]]; then
         echo "could not install torch $TORCH_VERSION+cpu: $TORCH_CPU_INDEX unreachable? Set TORCH_INDEX_URL to a mirror" \
-             "of it, or PIP_FIND_LINKS to a folder holding the wheel" >&2
+             "of it, or PIP_FIND_LINKS to a folder holding the wheel (pip's output: $log)" >&2
         return 1
     fi
     echo "$TORCH_CPU_INDEX unreachable: installing torch $TORCH_VERSION from PyPI instead, its CUDA build (~5 GB; it runs" \
          "on the CPU). For the CPU build set TORCH_INDEX_URL to a mirror of that index or PIP_FIND_LINKS to a folder" \
-         "holding the wheel; CACHESVC_TORCH=cpu stops here instead" >&2
+         "holding the wheel; CACHESVC_TORCH=cpu stops here instead (pip's output: $log)" >&2
     "$PY" -m pip install -q "torch==$TORCH_VERSION"
 }
 

@@ -68,9 +68,10 @@ from typing import Dict, Iterator, Optional
 # probes' .so files are not made, so nothing a test asserts about a cache's files names them.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # g++ behind this run's ccache (tests/compiler_cache.py): the same compiles again in every cold container
-from tests import compiler_cache  # noqa: E402
+from tests import compiler_cache, shipped  # noqa: E402
 
 compiler_cache.enable()
+shipped.enable()  # the run's folder for the wheel, the sdist and their venvs (built when a test first asks)
 
 import pytest  # noqa: E402  (after the setting: nothing below may import torch before it)
 from sqlalchemy import create_engine, text

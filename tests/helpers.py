@@ -40,6 +40,19 @@ def put_blob(client, target: dict, data: bytes):
     return resp
 
 
+def zstd_target(client, answer: dict, body: bytes, n: int = 0) -> dict:
+    """Where to PUT ``body``, the zstd encoding of the ``n``-th blob a create ``answer`` lists, as the client asks
+    for it: a target marked ``needs_size`` (storage presigns each upload for one length) asked again with
+    ``body``'s length, presigned for it; any other as the answer gave it."""
+    item = answer["upload"][n]
+    if not item["targets"]["zstd"].get("needs_size"):
+        return item["targets"]["zstd"]
+    asked = client.post(f"/api/v1/versions/{answer['version']['id']}/uploads",
+                        json={"blobs": [item["sha256"]], "zstd_sizes": {item["sha256"]: len(body)}})
+    assert asked.status_code == 200, asked.json
+    return asked.json["targets"][0]["targets"]["zstd"]
+
+
 def get_blob(client, url: str) -> bytes:
     if url.startswith("/"):
         resp = client.get(url)

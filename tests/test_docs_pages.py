@@ -21,6 +21,16 @@ def test_benchmarks_page_is_what_the_report_makes_from_bench_results():
     assert report.PAGE.read_text() == made, "docs/benchmarks.md is stale: run python bench/report.py"
 
 
+def test_the_readmes_demo_figures_are_the_demos_output_it_shows():
+    """Issue 37: the README said the demo moved 19 files after the demo had changed (its output is pasted in
+    a block; the sentence under it is written by hand). The sentence names the block's figures."""
+    page = (ROOT / "README.md").read_text()
+    block = re.search(r"\n {6}restore: (\d+) files, ([\d.]+) MB written \(([\d.]+) MB transferred\)", page)
+    said = re.search(r"The restore moved (\d+) files, ([\d.]+) MB on disk \(([\d.]+) MB transferred", page)
+    assert block and said, "the README shows the demo's restore line and says what it moved"
+    assert said.groups() == block.groups(), (said.groups(), block.groups())
+
+
 def _section(page: str, title: str) -> str:
     start = page.index(f"\n## {title}")
     return page[start:page.index("\n## ", start + 1)]

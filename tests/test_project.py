@@ -1,5 +1,5 @@
-"""Project-level checks: the settings page, packaging, the test layout (docker-compose.yml and the Dockerfile:
-tests/deploy/test_image_and_compose.py)."""
+"""Project-level checks: the settings page, the dependencies, the test layout (the wheel and the sdist:
+tests/test_wheel.py; docker-compose.yml and the Dockerfile: tests/deploy/test_image_and_compose.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -62,24 +62,3 @@ def test_test_files_have_unique_basenames():
     collection of the whole suite (it happened once when two branches met)."""
     names = Counter(p.name for p in Path(__file__).parent.rglob("test_*.py"))
     assert not [n for n, c in names.items() if c > 1]
-
-
-def test_the_build_is_quiet_and_packs_the_pages_files(tmp_path):
-    """A wheel build (setuptools from the build's own isolated env, as every install does) prints no
-    setuptools warning about undeclared package data, and the wheel holds the templates."""
-    import subprocess
-    import sys
-    import zipfile
-
-    import shutil
-
-    tree = tmp_path / "src"  # a copy: setuptools writes build/ and *.egg-info into the tree it builds
-    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
-                                                              "demo-runs", "node_modules"))
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(tree), "-w", str(tmp_path)],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    log = out.stdout + out.stderr
-    assert "absent from the `packages` configuration" not in log and "BuildBackendWarning" not in log, log[-3000:]
-    names = zipfile.ZipFile(next(tmp_path.glob("cachesvc-*.whl"))).namelist()
-    assert "cachesvc/browse/templates/base.html" in names and "cachesvc/migrations/script.py.mako" in names

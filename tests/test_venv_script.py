@@ -19,7 +19,11 @@ RECORDER = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/calls"
 printf '%s\n' "${PYTHONWARNINGS:-}" >> "$(dirname "$0")/warnings"
 [ "$1" = "-" ] && exit 1
-grep -qxF -- "$*" "$(dirname "$0")/fail" && exit 1
+if grep -qxF -- "$*" "$(dirname "$0")/fail"; then  # as pip fails to find a wheel: its errors on stderr
+    echo "ERROR: Could not find a version that satisfies the requirement torch (from versions: none)" >&2
+    echo "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/" >&2
+    exit 1
+fi
 exit 0
 """
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -68,6 +72,19 @@ def test_an_unreachable_cpu_index_falls_back_to_pypis_cuda_build_saying_so_and_h
     line = next(line for line in said.splitlines() if "unreachable" in line)
     assert "PyPI" in line and "CUDA build" in line, line
     assert "TORCH_INDEX_URL" in line and "PIP_FIND_LINKS" in line and "CACHESVC_TORCH=cpu" in line, line
+
+
+@pytest.mark.parametrize("torch_build", ["", "cpu"])
+def test_an_unreachable_cpu_index_is_told_in_one_line_without_pips_resolution_errors(tmp_path, torch_build):
+    """Issue 37: pip's "ERROR: ResolutionImpossible" (nothing found, read as a conflict) came before the script's
+    own line. pip's output goes to a log the line names; the script says what happened in one line."""
+    _, said = run_venv_script(tmp_path, ok=not torch_build, fail=[LOCAL_CPU, CPU_FROM_INDEX], CACHESVC_TORCH=torch_build)
+    assert "ERROR" not in said and "ResolutionImpossible" not in said, said
+    log = tmp_path / ".venv" / "torch-cpu-index.log"
+    assert "ResolutionImpossible" in log.read_text()
+    [line] = [line for line in said.splitlines() if "unreachable" in line]
+    assert line.endswith("(pip's output: .venv/torch-cpu-index.log)"), line
+    assert said.splitlines()[0].startswith("installing cachesvc") and len(said.splitlines()) == 3, said
 
 
 def test_cachesvc_torch_cpu_stops_with_what_to_set_when_the_cpu_build_cannot_be_had(tmp_path):

@@ -93,6 +93,9 @@ class UploadTargetSchema(Schema):
     method = fields.String(**_d("the HTTP method to send the bytes with (PUT)"))
     url = fields.String(**_d("where to send them: a presigned S3 URL, or a path on this service"))
     headers = fields.Dict(keys=fields.String(), values=fields.String(), **_d("headers the request must carry"))
+    needs_size = fields.Boolean(**_d("true on a zstd target of this service where storage takes presigned uploads: "
+                                     "each is signed for one length, so ask POST /api/v1/versions/<id>/uploads "
+                                     "with zstd_sizes once the body is compressed, or send it here"))
 
 
 class PackUploadTargetSchema(Schema):

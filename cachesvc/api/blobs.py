@@ -64,12 +64,13 @@ def get(sha256):
 
 
 @blp.route("/<sha256>/damaged", methods=["POST"])
-@requires("read")
+@requires("read", anonymous=False)
 @blp.response(200, BlobDamageSchema)
 def damaged(sha256):
     """Report that a blob's bytes failed their sha256 in a restore. The service reads its stored bytes back
     and checks them itself: when they do not decode to the blob it forgets it (`forgotten`: the next publish
-    naming it uploads it again, checked), else nothing changes (`intact`). No body."""
+    naming it uploads it again, checked), else nothing changes (`intact`). No body. A token is needed even
+    where anonymous read is on: each report costs the service a read of the blob."""
     svc = services()
     return content.reported_damaged(svc.db, svc.storage, digest_arg(sha256))
 

@@ -1,6 +1,8 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
+from cachesvc_client import keys
+
 from .. import auth, content, index, lifecycle, metrics, publish
 from ..auth import requires
 from ..models import Version, VersionFile
@@ -11,7 +13,7 @@ from . import Blueprint, body_limit, json_limit, services
 
 #: the largest requests PackTargetsSchema and UploadTargetsSchema take (their list bounds, the largest values)
 LARGEST_PACK_TARGETS = {"packs": [{"sha256": "f" * 64, "size": 2**40}] * 10_000}
-LARGEST_UPLOAD_TARGETS = {"blobs": ["f" * 64] * 1000}
+LARGEST_UPLOAD_TARGETS = {"blobs": ["f" * 64] * 1000, "zstd_sizes": {f"{n:064x}": keys.MAX_FILE_SIZE for n in range(1000)}}
 
 blp = Blueprint("versions", __name__, url_prefix="/api/v1/versions", description="Publish versions of a cache entry")
 
@@ -79,11 +81,13 @@ def pack_targets(body, version_id):
 def blob_targets(body, version_id):
     """Upload targets for blobs of a pending version (a publish created with `inline_targets: false`): one
     `{sha256, targets: {identity, zstd}}` per blob not stored yet, each target a presigned PUT or
-    `PUT /api/v1/blobs/<sha256>`; `stored` lists those stored since the create (nothing to upload)."""
+    `PUT /api/v1/blobs/<sha256>`; `stored` lists those stored since the create (nothing to upload). A
+    presigned target takes a body of one length: the blob's size (identity), or the zstd body's length
+    given in `zstd_sizes`."""
     svc = services()
     with svc.db.session() as s:
         publish.check_creator(s, version_id, auth.current().token_id)
-        return publish.blob_targets(s, svc.storage, svc.settings, version_id, body["blobs"])
+        return publish.blob_targets(s, svc.storage, svc.settings, version_id, body["blobs"], body["zstd_sizes"])
 
 
 @blp.route("/<int:version_id>", methods=["GET"])

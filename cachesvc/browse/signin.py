@@ -85,13 +85,22 @@ def wants_html() -> bool:
     return request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html"
 
 
+def _this_page() -> str:
+    """Where signing in returns to: this page and its query, or the page alone for a query that is not UTF-8
+    (authentication comes first, so a 401 may meet one; the page then refuses it with a 400)."""
+    try:
+        return request.full_path.rstrip("?")
+    except UnicodeDecodeError:
+        return request.path
+
+
 def page_error(exc: Exception):
     """A page's error: HTML for a browser (401: the sign-in form), JSON otherwise."""
     if not wants_html():
         return errors.json_error(exc)
     code, message, status, _details = errors.describe(exc)
     if status == 401:
-        return _login_form(request.full_path.rstrip("?"), status=401), 401
+        return _login_form(_this_page(), status=401), 401
     if isinstance(exc, CSRFError):
         message = "This form was not sent by this site's page, or your sign-in changed since: reload the page and try again."
     return render_template("error.html", code=code, message=message, status=status), status

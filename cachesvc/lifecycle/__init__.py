@@ -9,11 +9,11 @@
     Scheduler   in the service: LRU eviction to a byte budget, then GC, one runner across replicas
     store_lock  taken by publish and the remote cache, so GC never deletes what they are about to name
 
-``collect`` holds purge and GC themselves; ``audit`` the records.
+``collect`` holds purge and GC themselves, ``locks`` the store lock; ``audit`` the records.
 """
 from .actions import create_token, gc, list_tokens, purge, revoke_token
 from .audit import ACTIONS as AUDIT_ACTIONS, cli_actor, listing as audit_listing, record as audit_record, request_actor
-from .collect import store_lock
+from .locks import store_lock
 from .scheduler import Scheduler
 
 __all__ = ["AUDIT_ACTIONS", "Scheduler", "audit_listing", "audit_record", "cli_actor", "create_token", "gc", "list_tokens", "purge",

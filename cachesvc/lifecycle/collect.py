@@ -55,28 +55,27 @@ several processes at once.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import re
 from collections import Counter, defaultdict
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from sqlalchemy import delete, exists, func, or_, select, text, update
+from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from .. import index
 from ..db import Database
 from ..errors import InvalidRequest
 from ..models import Blob, Entry, Event, Pack, PendingPack, RemoteCacheItem, Version, VersionFile, utcnow
-from ..storage import Storage, StorageError, blob_key, pack_key
+from ..storage import INCOMING, Storage, StorageError, blob_key, pack_key
 from ..config import Settings
+from .locks import gc_lock as _gc_lock, sqlite_write_lock as _sqlite_write_lock, store_lock
 
 log = logging.getLogger(__name__)
 
 #: pending versions stay protected this long past their lease (clock skew between workers, slow commits)
 LEASE_MARGIN = dt.timedelta(seconds=120)
-_LOCK_KEY = 0x63616368  # "cach": the advisory-lock key of the store lock
 _BATCH = 500
 _KEY_RE = re.compile(r"^v1/blobs/[0-9a-f]{2}/([0-9a-f]{64})(\.zst)?$")
 _PACK_KEY_RE = re.compile(r"^v1/packs/[0-9a-f]{2}/([0-9a-f]{64})$")
@@ -84,39 +83,6 @@ _PACK_KEY_RE = re.compile(r"^v1/packs/[0-9a-f]{2}/([0-9a-f]{64})$")
 CRITERIA = ("not_restored_for", "older_than", "keep_latest", "torch_version", "name", "device", "max_total_bytes")
 #: criteria that name one version or one entry by id (the pages' purge buttons); not flags of the CLI
 TARGETS = ("version_id", "entry_id")
-
-
-# -- the store lock --------------------------------------------------------------------
-
-def store_lock(session: Session, exclusive: bool = False) -> None:
-    """Take the store lock for the rest of ``session``'s transaction (shared: publishes; exclusive: purge)."""
-    if session.get_bind().dialect.name == "postgresql":
-        fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        session.execute(text(f"SELECT {fn}(:k)"), {"k": _LOCK_KEY})
-    else:  # SQLite: a write statement takes the database's write lock until commit
-        session.execute(text("UPDATE blobs SET digest = digest WHERE 1 = 0"))
-
-
-def _sqlite_write_lock(session: Session) -> None:
-    """Inside ``_gc_lock``: on SQLite the batch's own write lock is the store lock (PostgreSQL holds it already)."""
-    if session.get_bind().dialect.name != "postgresql":
-        store_lock(session, exclusive=True)
-
-
-@contextlib.contextmanager
-def _gc_lock(db: Database) -> Iterator[None]:
-    """Exclusive store lock for one GC batch, held across commits (PostgreSQL) or by the batch's session (SQLite)."""
-    if db.engine.dialect.name != "postgresql":
-        yield
-        return
-    with db.engine.connect() as conn:
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _LOCK_KEY})
-        conn.commit()
-        try:
-            yield
-        finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _LOCK_KEY})
-            conn.commit()
 
 
 # -- purge -----------------------------------------------------------------------------
@@ -396,5 +362,27 @@ def gc(db: Database, storage: Storage, settings: Settings, now: Optional[dt.date
     result.update(packs)
     result.update(_sweep_orphans(db, storage))
     lease = settings.UPLOAD_LEASE_SECONDS + LEASE_MARGIN.total_seconds()
-    result["incoming_deleted"] = storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
+    result["incoming_deleted"] = (storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
+                                  + _sweep_uploads(db, storage, now))
     return result
+
+
+def _sweep_uploads(db: Database, storage: Storage, now: dt.datetime) -> int:
+    """Delete the presigned uploads no commit will take (``v1/incoming/<version id>/``), whatever their age: every
+    one but a pending version's within its lease (and LEASE_MARGIN). Those of a publish that never committed
+    (its row dropped above), and PUTs of a URL replayed after its version committed (it stays valid for
+    PRESIGN_EXPIRES). Listed before the versions are read: an upload exists only once its version does."""
+    found = defaultdict(list)
+    for key in storage.iter_keys(INCOMING):
+        version = key[len(INCOMING):].split("/", 1)[0]
+        found[int(version) if version.isdigit() and len(version) < 12 else -1].append(key)
+    removed, ids = 0, sorted(found)
+    for i in range(0, len(ids), _BATCH):
+        chunk = ids[i:i + _BATCH]
+        with _gc_lock(db), db.session() as s:
+            _sqlite_write_lock(s)
+            live = set(s.scalars(select(Version.id).where(Version.id.in_(chunk), Version.state == "pending",
+                                                          Version.lease_expires_at >= now - LEASE_MARGIN)))
+            doomed = [k for v in chunk if v not in live for k in found[v]]
+            removed += len(doomed) - _delete_keys(storage, doomed)
+    return removed

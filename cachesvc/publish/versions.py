@@ -63,16 +63,26 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
     return sizes
 
 
-def upload_target(storage: Storage, digest: str, encoding: str, expires: int, version_id: int, size: int) -> dict:
-    # presigned: into the version's incoming folder; commit checks it there and moves it into place. An
-    # identity upload's length is the blob's size, signed into the URL; a zstd one's is not known yet
-    # (commit reads it back: past the size, its decode fails and the object is deleted)
-    target = storage.upload_target(incoming_key(version_id, blob_key(digest, encoding)), expires,
-                                   size if encoding == "identity" else None)
-    if target is None:  # bytes go through the service (local backend, or presigning off)
-        target = {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}&version={version_id}",
-                  "headers": {}}
-    return target
+def upload_targets(storage: Storage, digest: str, size: int, *, expires: int, version_id: int,
+                   zstd_size: Optional[int] = None) -> Dict[str, dict]:
+    """Where to PUT blob ``digest`` for pending version ``version_id``, per encoding. A presigned target (into the
+    version's incoming folder: commit checks the upload there and moves it into place, GC deletes what no commit
+    takes) signs its body's length, so storage refuses any other: the identity target the blob's size, the zstd
+    target ``zstd_size``, the length the client states once it has compressed. Without one, the zstd target is
+    the service's own URL (it reads and checks the body), marked ``needs_size``. Where storage presigns nothing
+    (the local backend, or presigning off) both targets are the service's own."""
+    def presigned(encoding: str, length: int) -> Optional[dict]:
+        return storage.upload_target(incoming_key(version_id, blob_key(digest, encoding)), expires, length)
+
+    def through_service(encoding: str) -> dict:
+        return {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}&version={version_id}",
+                "headers": {}}
+
+    identity = presigned("identity", size)
+    if identity is None:
+        return {enc: through_service(enc) for enc in ENCODINGS}
+    zstd = presigned("zstd", zstd_size) if zstd_size else dict(through_service("zstd"), needs_size=True)
+    return {"identity": identity, "zstd": zstd}
 
 
 def _audit(session: Session, actor: str, version: dict, new_stored_bytes: int, **details) -> None:
@@ -130,18 +140,20 @@ def create_version(session: Session, storage: Storage, settings: Settings, body:
     if body.get("inline_targets", True):  # a client from before batched targets
         expires = settings.PRESIGN_EXPIRES
         for item in upload:
-            item["targets"] = {enc: upload_target(storage, item["sha256"], enc, expires, version.id, item["size"])
-                               for enc in ENCODINGS}
+            item["targets"] = upload_targets(storage, item["sha256"], item["size"], expires=expires,
+                                             version_id=version.id)
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
                  "version": index.version_summary(version), "upload": upload, "packing": content.advertised()}
 
 
 def blob_targets(session: Session, storage: Storage, settings: Settings, version_id: int,
-                 digests: List[str]) -> dict:
+                 digests: List[str], zstd_sizes: Optional[Dict[str, int]] = None) -> dict:
     """``{"targets": [{"sha256", "targets": {encoding: target}}], "stored": [sha256]}`` for blobs of a pending
-    version: a target for each not stored yet (as the create answer would have listed inline), ``stored``
-    for those a concurrent publish stored since (nothing to upload). Raises InvalidRequest for a blob the
-    version does not name, Conflict when the upload lease has run out."""
+    version: a target for each not stored yet (as the create answer would have listed inline; a zstd one
+    presigned for the length ``zstd_sizes`` gives), ``stored`` for those a concurrent publish stored since
+    (nothing to upload). Raises InvalidRequest for a blob the version does not name, or a zstd length for a
+    blob not asked for or not smaller than it (the client keeps zstd only when it saves), Conflict when the
+    upload lease has run out."""
     version = index.get_or_404(session, Version, version_id, "version")
     if version.state != "pending":
         raise InvalidRequest(f"version {version_id} is {version.state}; targets are for a pending version")
@@ -154,10 +166,18 @@ def blob_targets(session: Session, storage: Storage, settings: Settings, version
         odd = [d for d in wanted if d not in named]
         raise InvalidRequest(f"blob {odd[0]} is not a file of version {version_id}; ask only for the blobs its "
                              "create answer listed", {"field": "blobs", "blobs": odd[:100]})
+    zstd_sizes = zstd_sizes or {}
+    for d, length in zstd_sizes.items():
+        if d not in named:
+            raise InvalidRequest(f"zstd_sizes names blob {d}, which blobs does not", {"field": "zstd_sizes"})
+        if length >= named[d]:
+            raise InvalidRequest(f"zstd_sizes: {length} bytes of zstd for blob {d} of {named[d]} bytes; zstd is sent "
+                                 "only when it is smaller", {"field": "zstd_sizes"})
     stored = set(index.present_sizes(session, wanted))
     expires = settings.PRESIGN_EXPIRES
-    return {"targets": [{"sha256": d, "targets": {enc: upload_target(storage, d, enc, expires, version_id, named[d])
-                                                  for enc in ENCODINGS}} for d in wanted if d not in stored],
+    return {"targets": [{"sha256": d, "targets": upload_targets(storage, d, named[d], expires=expires,
+                                                                version_id=version_id, zstd_size=zstd_sizes.get(d))}
+                        for d in wanted if d not in stored],
             "stored": sorted(stored)}
 
 

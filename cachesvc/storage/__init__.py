@@ -14,7 +14,8 @@ Object layout (the same on both backends)::
     [<prefix>/]v1/blobs/<sha256[:2]>/<sha256>.zst    zstd frame(s) of the same bytes
     [<prefix>/]v1/packs/<sha256[:2]>/<sha256>        a pack: small blobs' stored bytes, concatenated
     [<prefix>/]v1/incoming/<version id>/<key>        a presigned upload, until its version's commit checks
-                                                     it and moves it to <key> (``incoming_key``)
+                                                     it and moves it to <key> (``incoming_key``); GC deletes
+                                                     what no commit will take
 
 A pack is named by the sha256 of its own bytes; where each member lies in it
 (offset, stored size, encoding) is in the index (``cachesvc.content.packs``).
@@ -115,10 +116,10 @@ class Storage(abc.ABC):
         real call, a listing of at most one key. Bounded by the caller: a hung store may block it."""
         next(iter(self.iter_keys("v1/")), None)
 
-    def upload_target(self, key: str, expires: int, size: Optional[int] = None) -> Optional[Dict]:
+    def upload_target(self, key: str, expires: int, size: int) -> Optional[Dict]:
         """A presigned ``{"method", "url", "headers"}`` for a direct upload, or None
         when bytes must go through the service. ``size``: the body's length, signed into the URL
-        (storage refuses a PUT of another length)."""
+        (storage refuses a PUT of another length): every presigned upload is bounded."""
         return None
 
     def download_url(self, key: str, expires: int) -> Optional[str]:

@@ -14,7 +14,6 @@ from ``generate_presigned_url``.
 """
 from __future__ import annotations
 
-import datetime as dt
 import io
 import os
 from typing import BinaryIO, Dict, Iterator, Optional
@@ -25,7 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ..ttlcache import TTLCache
-from . import INCOMING, BlobNotFound, ShortObject, Storage, StorageError
+from . import BlobNotFound, ShortObject, Storage, StorageError
 from .presign import GetPresigner
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
@@ -170,25 +169,6 @@ class S3Storage(Storage):
             raise self._translate(exc, src) from None
         self.delete(src)
 
-    def sweep_incoming(self, older_than: float) -> int:
-        """Delete presigned uploads of versions that never committed (``INCOMING``), older than
-        ``older_than`` seconds."""
-        cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=older_than)
-        removed = 0
-        try:
-            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
-                                                                      Prefix=self._key(INCOMING))
-            old = [obj["Key"] for page in pages for obj in page.get("Contents", []) if obj["LastModified"] < cutoff]
-        except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
-            raise self._translate(exc, INCOMING) from None
-        for key in old:
-            try:
-                self._s3.delete_object(Bucket=self.bucket, Key=key)
-                removed += 1
-            except Exception:  # noqa: BLE001 - the next sweep tries again
-                pass
-        return removed
-
     def check(self) -> None:
         """One listing of at most one key under the prefix: the bucket is there and these credentials
         may list it (as GC must)."""
@@ -209,12 +189,11 @@ class S3Storage(Storage):
         except Exception as exc:  # noqa: BLE001 - no botocore type may leave this module
             raise self._translate(exc, prefix) from None
 
-    def upload_target(self, key: str, expires: int, size: Optional[int] = None) -> Optional[Dict]:
+    def upload_target(self, key: str, expires: int, size: int) -> Optional[Dict]:
         if not self.presign:
             return None
-        params = {"Bucket": self.bucket, "Key": self._key(key)}
-        if size is not None:  # Content-Length is then a signed header: S3 refuses a PUT of any other length
-            params["ContentLength"] = size
+        # Content-Length is a signed header: S3 refuses a PUT of any other length
+        params = {"Bucket": self.bucket, "Key": self._key(key), "ContentLength": size}
         url = self._signer.generate_presigned_url("put_object", Params=params, ExpiresIn=expires)
         return {"method": "PUT", "url": url, "headers": {}}
 

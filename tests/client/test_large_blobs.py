@@ -16,7 +16,7 @@ from cachesvc.storage import blob_key
 from cachesvc_client import CacheClient, frames
 from tests.client.test_frames import blob_bytes
 from tests.client.test_publish_restore import enter_container, write
-from tests.helpers import ENV, sha
+from tests.helpers import ENV, sha, zstd_target
 
 pytestmark = pytest.mark.backends("storage")  # through the service (local), or presigned and read back (S3)
 
@@ -73,6 +73,13 @@ def test_large_blob_is_stored_as_frames_checked_by_the_service_and_restored(big,
     assert frames.parallel_ok(stored[:18]) and frames.frame_length(stored) < len(stored)  # several frames
     small = answer["blobs"][sha(b"int x;" * 100)]
     assert set(small) >= {"url", "encoding", "size", "stored_size"}  # the fields older clients read
+    registry = server.app.extensions["cachesvc_metrics"].registry
+    bytes_in = {via: registry.get_sample_value("cachesvc_blob_bytes_in_total", {"via": via}) or 0
+                for via in ("service", "storage")}
+    if storage_of(server).upload_target("probe", 60, 1) is None:
+        assert bytes_in["service"] >= len(stored), bytes_in
+    else:  # issue 37: presigned for the length the client stated once it had compressed, straight to the bucket
+        assert bytes_in["service"] == 0 and bytes_in["storage"] >= len(stored), bytes_in
     b, report = restore_into(server, tmp_path, monkeypatch, "b")
     assert report.hit and not report.failed and report.files == 2
     assert (b / GCH).read_bytes() == data
@@ -120,7 +127,7 @@ def test_service_accepts_a_large_blob_in_any_frame_layout(app, client, frames_of
     body = cctx.compress(data) if frames_of is None else b"".join(
         cctx.compress(data[i:i + frames_of]) for i in range(0, len(data), frames_of))
     answer = client.post("/api/v1/versions", json=publish_body({"big.bin": data})).json
-    r = put_blob(client, answer["upload"][0]["targets"]["zstd"], body)
+    r = put_blob(client, zstd_target(client, answer, body), body)
     assert r.status_code in (200, 201)
     done = client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={"uploaded": [
         {"sha256": sha(data), "encoding": "zstd"}]})
@@ -138,7 +145,7 @@ def test_a_bad_large_upload_is_refused_or_missing_at_commit(app, client):
     data = blob_bytes(frames.FRAMED_MIN + 5000, seed=5)
     wrong = zstandard.ZstdCompressor(level=1).compress(data[:-1] + b"!")
     answer = client.post("/api/v1/versions", json=publish_body({"big.bin": data})).json
-    target = answer["upload"][0]["targets"]["zstd"]
+    target = zstd_target(client, answer, wrong)
     r = put_blob(client, target, wrong)
     commit = client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={})
     if target["url"].startswith("/"):
@@ -162,7 +169,7 @@ def test_a_single_frame_blob_from_an_older_publisher_restores(live_server, tmp_p
     pub = publish_body({"sj/old.h.gch": data}, k, kind="inductor-dir", merge=False)
     pub["roots"] = {"inductor": str(tmp_path / "a" / "cache")}
     answer = app_client.post("/api/v1/versions", json=pub).json
-    assert put_blob(app_client, answer["upload"][0]["targets"]["zstd"], body).status_code in (200, 201)
+    assert put_blob(app_client, zstd_target(app_client, answer, body), body).status_code in (200, 201)
     assert app_client.post(f"/api/v1/versions/{answer['version']['id']}/commit", json={}).status_code == 200
     assert resolve(live_server)["blobs"][sha(data)]["stored_sha256"] == hashlib.sha256(body).hexdigest()
     b, report = restore_into(live_server, tmp_path, monkeypatch, "b")

@@ -28,8 +28,9 @@ def free_port() -> int:
 class Program:
     """A subprocess whose output is collected line by line, to wait for a line or for its exit."""
 
-    def __init__(self, argv, env):
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def __init__(self, argv, env, cwd=None, **popen):
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     **popen)
         self.lines: list = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -44,6 +45,21 @@ class Program:
             assert self.proc.poll() is None or self._reader.is_alive(), f"exited {self.proc.returncode}: {self.lines}"
             assert time.monotonic() < deadline, f"no {text!r} in {timeout:.0f} s: {self.lines}"
             time.sleep(0.1)
+
+    def wait_for_answer(self, url: str, timeout: float = 120) -> None:
+        """Wait until ``url`` answers 200 (a service started by this program), while the program runs."""
+        import requests
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if requests.get(url, timeout=5).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.lines}"
+            assert time.monotonic() < deadline, f"no 200 from {url} in {timeout:.0f} s: {self.lines}"
+            time.sleep(0.2)
 
     def finish(self, timeout: float = 180) -> int:
         rc = self.proc.wait(timeout)

@@ -1,21 +1,24 @@
 """The service image (Dockerfile, .dockerignore) and docker-compose.yml.
 
-The image's own commands run here as the container would run them (there is no container engine
-on this machine): `db upgrade` as a separate step, `serve` that refuses an old schema instead of
-migrating, the HEALTHCHECK, the access log on stdout. docker-compose.yml is checked by
+There is no container engine on this machine: the image's build and run steps are replayed instead
+(tests/deploy/image.py: its pip install of the copied sources, its user, environment, entry point and
+command), and its own commands run from that replay as the container would run them: `db upgrade` as a
+separate step, `serve` that refuses an old schema instead of migrating, nginx in front, the HEALTHCHECK,
+the access log on stdout. docker-compose.yml is checked by
 `docker compose config` where the compose plugin is installed, else against the Compose
 Specification's JSON schema (check-jsonschema's vendored copy), and for agreement between its
 services with the values of .env.example."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -28,7 +31,8 @@ from cachesvc import config
 from cachesvc.storage import from_url
 from cachesvc.storage.s3 import S3Storage
 from tests.deploy.k8s import ROOT
-from tests.deploy.processes import BIN, free_port
+from tests.deploy.image import Image, replay
+from tests.deploy.processes import free_port
 
 
 
@@ -85,65 +89,68 @@ def test_the_build_context_holds_the_sources_and_nothing_secret_or_local():
     assert not [p for p in context if "__pycache__" in p]
 
 
-def image_env(tmp_path: Path, **settings: str) -> dict:
-    """The image's ENV, with its data dir moved under tmp_path and ``settings`` on top."""
-    env = {k: v for k, v in dockerfile().envs.items() if k != "PATH"}
-    env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HOME=str(tmp_path / "home"),
-               TMPDIR=str(tmp_path / "tmp"), CACHESVC_DATA_DIR=str(tmp_path / "data"))
-    for d in ("home", "tmp", "data"):
-        (tmp_path / d).mkdir(exist_ok=True)
-    env.update(settings)
-    return env
+@pytest.fixture(scope="module")
+def image() -> Iterator[Image]:
+    """The image's build and run steps replayed here (tests/deploy/image.py says what differs from the real
+    image: there is no container engine on this machine)."""
+    root = Path(tempfile.mkdtemp(prefix="cachesvc-image-"))
+    try:
+        root.chmod(0o755)  # as an image's / is: its user reaches /opt/cachesvc (pytest's own folders are 0700)
+        yield replay(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def image_command(args, port: int) -> list:
-    argv = json.loads(instruction("ENTRYPOINT")) + list(args)
-    return [str(port) if a == "8787" else a for a in argv]
-
-
-def test_the_images_commands_migrate_apart_then_serve_with_access_log_and_healthcheck(tmp_path):
+def test_the_images_commands_migrate_apart_then_serve_behind_nginx_with_access_log_and_healthcheck(image):
+    """The image's steps as compose and Kubernetes run them: `db upgrade` apart (serve refuses an old schema
+    rather than migrate), then the bare image (its CMD) serving through nginx, as the image's user, with the
+    access log on stdout and its HEALTHCHECK passing."""
     port = free_port()
-    env = image_env(tmp_path, CACHESVC_DATABASE_URL=f"sqlite:///{tmp_path / 'data' / 'index.db'}",
-                    CACHESVC_AUTO_MIGRATE="false")  # as compose and Kubernetes set it
-    serve = image_command(json.loads(instruction("CMD")), port)
-    refused = subprocess.run(serve, env=env, capture_output=True, text=True, timeout=120)
+    data = Path(image.env["CACHESVC_DATA_DIR"])  # the image's /var/lib/cachesvc
+    env = dict(image.env, CACHESVC_DATABASE_URL=f"sqlite:///{data / 'index.db'}",
+               CACHESVC_AUTO_MIGRATE="false")  # as compose and Kubernetes set it
+    refused = image.run(image.cmd, env)
     assert refused.returncode != 0 and "run `cachesvc db upgrade`" in refused.stderr + refused.stdout
 
-    migrate = subprocess.run(image_command(["db", "upgrade"], port), env=env, capture_output=True, text=True,
-                             timeout=300)
+    migrate = image.run(["db", "upgrade"], env)
     assert migrate.returncode == 0, migrate.stderr
     # the log file is closed on every way out: left open by a failed assert, its ResourceWarning was
     # raised in the next test's setup, an error there for this test's failure
-    with open(tmp_path / "stdout.log", "w+") as log:
-        access = _serve_and_check_health(serve, env, port, log)
+    with open(image.root / "stdout.log", "w+") as log:
+        access, served = _serve_and_check_health(image, env, port, log)
     assert re.search(r'"GET /healthz HTTP/1\.1" 200', access), access[-2000:]
+    assert served.headers["Server"].startswith("nginx"), "CACHESVC_SERVE_PROXY: nginx answers in front"
+    if image.user is not None:  # what the service wrote is its user's: it wrote nothing anywhere else
+        assert {(p.stat().st_uid, p.stat().st_gid) for p in data.rglob("*")} == {image.user}
 
 
-def _serve_and_check_health(serve: list, env: dict, port: int, log) -> str:
-    """Run the image's serve command with stdout to ``log`` until /healthz and the HEALTHCHECK pass; the log."""
-    proc = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.PIPE, text=True)
+def _serve_and_check_health(image: Image, env: dict, port: int, log) -> tuple:
+    """Run the image's CMD with stdout to ``log`` until /healthz and the HEALTHCHECK pass: (the log, the
+    /healthz answer)."""
+    proc = subprocess.Popen(image.argv(image.cmd, port), env=env, cwd=image.workdir, stdout=log, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.monotonic() + 120
         while True:
             try:
-                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
+                served = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+                if served.status_code == 200:
                     break
             except requests.ConnectionError:
                 pass
             assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline, "the service did not answer /healthz in 120 s"
             time.sleep(0.3)
-        check = json.loads(instruction("HEALTHCHECK").split("CMD", 1)[1])
-        assert check[0] == "python"
-        healthy = subprocess.run([sys.executable] + [a.replace(":8787/", f":{port}/") for a in check[1:]],
-                                 env=env, capture_output=True, text=True, timeout=60)
+        assert image.healthcheck[0] == "python"
+        healthy = subprocess.run(image.as_user(image.healthcheck, port), env=env, cwd=image.workdir,
+                                 capture_output=True, text=True, timeout=60)
         assert healthy.returncode == 0, healthy.stderr
     finally:
         proc.terminate()
         proc.wait(60)
         proc.stderr.close()
     log.seek(0)
-    return log.read()
+    return log.read(), served
 
 
 # ---------------------------------------------------------------------------- compose

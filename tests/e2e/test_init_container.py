@@ -2,92 +2,39 @@
 
 The Kubernetes path of docs/client.md, with real parts: a real `cachesvc serve`, the app
 "image" (this venv, with torch) that compiles, publishes and writes its environment with
-`cachesvc-client env --json`, and an init "image": a venv made here with the client and its
-five dependencies only (no torch, no server dependencies), whose `cachesvc-client restore`
-first misses (it cannot read torch: the message says so and how to fix it) and then, with
+`cachesvc-client env --json`, and an init "image": the run's wheel installed with no extras
+(tests/shipped.py: the client and its five dependencies, no torch, no server parts), whose
+`cachesvc-client restore` first misses (it cannot read torch: the message says so and how to fix it) and then, with
 `--env-file`, restores into the folders the app shares with it (same HOME, TMPDIR and cache
 dir: one volume). The app's next start then compiles with FX-graph and AOTAutograd cache
 hits, and its `client.verify()` verdict shows in the init image's `cachesvc-client status`.
 """
 from __future__ import annotations
 
-import importlib.metadata as md
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, List
 
 import pytest
 import requests
 
 from cachesvc_client import keyenv
-from harness.containers import REPO, Container
+from harness.containers import Container
 from harness.models import signature
 from harness.service import ServiceProcess
+from tests import shipped
 
 pytestmark = pytest.mark.slow
 
 MODEL, TAG = "mlp", "mode=default"
-CLIENT_DEPENDENCIES = ("requests", "zstandard", "filelock", "click", "tqdm")
 
 
-def _requirements(dist: md.Distribution) -> Iterator[str]:
-    """Names of what ``dist`` needs on this platform, extras left out."""
-    from packaging.requirements import Requirement
-
-    for text in dist.requires or ():
-        req = Requirement(text)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            yield req.name
-
-
-def _closure(names) -> List[md.Distribution]:
-    seen: Dict[str, md.Distribution] = {}
-    todo = list(names)
-    while todo:
-        name = todo.pop()
-        dist = md.distribution(name)
-        key = dist.metadata["Name"].lower().replace("_", "-")
-        if key not in seen:
-            seen[key] = dist
-            todo += list(_requirements(dist))
-    return list(seen.values())
-
-
-def client_only_venv(base: Path) -> Path:
-    """A venv with nothing but cachesvc's client and its dependencies; returns its bin folder.
-
-    Made offline: the dependencies are this venv's installed copies (their top-level files, linked
-    into one folder that a .pth puts on the new venv's path), and the project is a wheel built
-    from a copy of this checkout with this venv's setuptools and installed with --no-deps."""
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    deps = base / "deps"
-    deps.mkdir()
-    for dist in _closure(CLIENT_DEPENDENCIES):
-        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
-        for top in tops - {"__pycache__"}:
-            os.symlink(dist.locate_file(top), deps / top)
-    purelib = subprocess.run([str(venv / "bin/python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "cachesvc-client-deps.pth").write_text(f"{deps}\n")
-    src = base / "src"  # a copy: building writes build/ and *.egg-info beside the sources
-    src.mkdir()
-    for part in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / part, src / part)
-    for part in ("cachesvc", "client", "migrations"):
-        shutil.copytree(REPO / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
-    wheels = base / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(wheels), str(src)], check=True, timeout=300, capture_output=True)
-    [wheel] = wheels.glob("cachesvc-*.whl")
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--no-index", str(wheel)], check=True, timeout=300, capture_output=True)
-    return venv / "bin"
+def run(cmd: List[str], env: Dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def init_env(ctr: Container, bin_dir: Path, **extra: str) -> Dict[str, str]:
@@ -98,12 +45,8 @@ def init_env(ctr: Container, bin_dir: Path, **extra: str) -> Dict[str, str]:
     return env
 
 
-def run(cmd: List[str], env: Dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
 def test_an_init_container_without_torch_restores_with_the_apps_env_file_and_the_app_hits(tmp_path):
-    bin_dir = client_only_venv(tmp_path / "init-image")
+    bin_dir = shipped.venv("light").bin  # the wheel, installed without extras: the init image's pip install
     py = str(bin_dir / "python")
     probe = run([py, "-c", "import json, sys, importlib.util as u; import cachesvc_client, requests, zstandard, "
                            "filelock, click, tqdm; print(json.dumps([sys.prefix, [m for m in ('torch', 'flask', "

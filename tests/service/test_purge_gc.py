@@ -189,6 +189,34 @@ def test_gc_keeps_what_is_live_pending_or_recently_purged_and_deletes_the_rest(a
 
 
 @SQLITE
+@pytest.mark.backends("storage")
+def test_gc_deletes_the_uploads_of_a_version_that_never_commits_however_recent(client, app, storage):
+    """Issue 37: a publish that never commits leaves its upload (a presigned PUT in the version's incoming folder
+    on S3, a blob stored through the service in the local folder). GC keeps it while the version's lease runs;
+    once the lease has run out it goes, even one PUT again just before: the sweep of the incoming folder went by
+    the object's age, which every PUT of a URL that outlives the lease renews."""
+    svc = app.extensions["cachesvc"]
+    data = b"never committed " * 1000
+    answer = client.post("/api/v1/versions", json=publish_body({"n.py": data}, key(name="never"))).json
+    [item] = answer["upload"]
+    target = item["targets"]["identity"]
+    assert put_blob(client, target, data).status_code in (200, 201)
+    uploaded = keys_in(storage)
+    assert len(uploaded) == 1
+    kept = collect.gc(svc.db, svc.storage, svc.settings)
+    assert kept["versions_deleted"] == 0 and keys_in(storage) == uploaded, "within its lease: it may still commit"
+    with svc.db.session() as s:  # the lease (CACHESVC_UPLOAD_LEASE_SECONDS) and its margin ran out a second ago
+        s.execute(update(Version).where(Version.id == answer["version"]["id"]).values(
+            lease_expires_at=utcnow() - collect.LEASE_MARGIN - dt.timedelta(seconds=1)))
+    presigned = not target["url"].startswith("/")
+    if presigned:  # its URL is valid for PRESIGN_EXPIRES: PUT again now, a new object
+        assert put_blob(client, target, data).status_code == 200
+    swept = collect.gc(svc.db, svc.storage, svc.settings)
+    assert swept["versions_deleted"] == 1 and keys_in(storage) == set(), swept
+    assert swept["incoming_deleted" if presigned else "blobs_deleted"] == 1, swept
+
+
+@SQLITE
 @LOCAL
 def test_gc_endpoint_and_metrics_count_runs(app):
     first = admin(app).post("/api/v1/admin/gc")

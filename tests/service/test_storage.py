@@ -205,13 +205,13 @@ def s3_storage(s3_storage_settings) -> S3Storage:
 
 def test_presigned_urls_are_none_for_local(local_storage_settings):
     storage = from_url(local_storage_settings["STORAGE_URL"], local_storage_settings)
-    assert storage.upload_target("k", 60) is None
+    assert storage.upload_target("k", 60, 1) is None
     assert storage.download_url("k", 60) is None
 
 
 def test_presigning_can_be_turned_off(s3_storage_settings):
     storage = from_url(s3_storage_settings["STORAGE_URL"], {**s3_storage_settings, "S3_PRESIGN": False})
-    assert storage.upload_target("k", 60) is None
+    assert storage.upload_target("k", 60, 1) is None
     assert storage.download_url("k", 60) is None
 
 
@@ -219,8 +219,10 @@ def test_presigning_can_be_turned_off(s3_storage_settings):
 def test_presigned_put_then_get_with_plain_requests(s3_storage):
     key = blob_key(DIGEST, "identity")
     data = os.urandom(300_000)
-    target = s3_storage.upload_target(key, 60)
+    target = s3_storage.upload_target(key, 60, len(data))
     assert target["method"] == "PUT"
+    for other in (data[:-1], data + b"x"):  # the length is signed: storage takes that one only
+        assert requests.put(target["url"], data=other, timeout=30).status_code == 403
     resp = requests.request(target["method"], target["url"], data=data, headers=target["headers"], timeout=30)
     assert resp.status_code == 200, resp.text
     assert s3_storage.stat(key) == len(data)
@@ -241,7 +243,7 @@ def test_tampered_presigned_urls_are_refused(s3_storage, make_file):
     assert forged != url
     assert requests.get(forged, timeout=30).status_code == 403
 
-    put = s3_storage.upload_target("mine", 60)["url"]
+    put = s3_storage.upload_target("mine", 60, 1)["url"]
     assert requests.put(put.replace("/mine?", "/theirs?"), data=b"x", timeout=30).status_code == 403
     assert s3_storage.stat("theirs") is None
 
@@ -261,7 +263,7 @@ def test_presigned_urls_name_the_public_endpoint(s3_server, s3_storage_settings)
     public = s3_server.endpoint_url.replace("127.0.0.1", "localhost")
     storage = from_url(s3_storage_settings["STORAGE_URL"],
                        {**s3_storage_settings, "S3_PUBLIC_ENDPOINT_URL": public})
-    target = storage.upload_target("via-public", 60)
+    target = storage.upload_target("via-public", 60, 5)
     assert target["url"].startswith(public + "/")
     assert requests.put(target["url"], data=b"hello", timeout=30).status_code == 200
     url = storage.download_url("via-public", 60)

@@ -104,7 +104,7 @@ class Container:
     def run_script(self, script: str, *args: str, timeout: float = 600, **extra_env: str) -> dict:
         """Run ``harness/<script>`` in this container; return the dict of its last ``RESULT`` line (raises with
         its output on failure)."""
-        proc = subprocess.run([sys.executable, str(REPO / "harness" / script), *args], env=self.env(**extra_env),
+        proc = subprocess.run([self.python, str(self.harness / "harness" / script), *args], env=self.env(**extra_env),
                               capture_output=True, text=True, timeout=timeout)
         return _result(proc.returncode, proc.stdout, proc.stderr)
 
@@ -134,7 +134,7 @@ class Container:
             proc.stdout.close()
 
     def _worker_cmd(self, args) -> list:
-        return [self.python, str(self.harness / "harness" / "worker.py"), *args]
+        return [self.python, str(self.harness / "harness" / "worker.py"), *args]  # run_script's, for worker.py
 
 
 def _result(returncode: int, stdout: str, stderr: str) -> dict:

@@ -4,14 +4,15 @@ from __future__ import annotations
 from harness import hf_models
 
 MODELS = ("mlp, mlp-b<N>, mlp-wide, tiny, encoder, encoder6, torchvision's resnet50, vit_b_16, convnext_tiny, "
-          "efficientnet_b0, and transformers' "
+          "efficientnet_b0, regnet_y_400mf, and transformers' "
           f"{', '.join(hf_models.FAMILIES)} (-large, -bf16, -fp16: harness/hf_models.py)")
 
 
 def input_dims(name: str) -> tuple:
     """The example input's dimensions for ``name`` (one float32 tensor), known without torch."""
     dims = {"mlp": (8, 256), "tiny": (8, 64), "mlp-wide": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224),
-            "convnext_tiny": (8, 3, 224, 224), "efficientnet_b0": (8, 3, 224, 224)}
+            "convnext_tiny": (8, 3, 224, 224), "efficientnet_b0": (8, 3, 224, 224),
+            "regnet_y_400mf": (8, 3, 224, 224)}
     if name.startswith("mlp-b") and name[5:].isdigit():
         return (int(name[5:]), 256)
     if name not in dims:

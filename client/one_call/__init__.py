@@ -10,10 +10,12 @@
 
 A hit: the key (name, the inputs' shape signature, mode, the model's structure
 fingerprint, torch.compile's options, and the environment: torch, Triton, CUDA,
-GPU) has a precompiled artifact; it is fetched and loaded without Dynamo or
-Inductor: an AOTInductor package run on the live weights. A call that does not
-match what it was built for (spec.py) goes to ``torch.compile(model, mode=mode,
-**kwargs)``, with one log line naming why. A miss: the key's directory snapshot
+GPU) has a precompiled artifact; it is fetched and loaded, nothing traced or
+compiled: an AOTInductor package run on the live weights, serving a call only
+where its proof (proof/: torch.compile's guards from the build's trace) holds
+for this model and this call. A call that does not match what it was built for
+(spec.py, the proof) goes to ``torch.compile(model, mode=mode, **kwargs)``,
+with one log line naming why. A miss: the key's directory snapshot
 is restored (if any) and torch.compile compiles; with a write token the snapshot
 and the precompiled artifact are published after the first call, in a background
 thread (``wait_published``).
@@ -23,7 +25,9 @@ The steps, one module each:
     support.py    can this torch and host take the package route (choose_route, check_host)
     spec.py       the structure fingerprint; calls that want autograd
     calls.py      what a call must match to be served by the package (arguments, declared shapes)
-    identity.py   the code and the non-tensor configuration the key also covers
+    identity.py   the code and the non-tensor configuration the key also covers (an index, not a proof)
+    proof/        the proof: the build's Dynamo guards, compared at load and checked at every call
+    ends.py       a declared range's ends: checked against eager at build, each admitted by a trace
     binding.py    the live tensors a hit runs on; replaced ones are seen and rebound
     compiled.py   CompiledModel: a hit's runner, else torch.compile; the publish after a miss
     publisher.py  after a miss: export -> build -> verify -> publish, in a background thread

@@ -214,6 +214,7 @@ class CompiledModel:
         why = binding.refresh()
         if why is None:
             try:
+                self._proof.refresh()  # a swapped submodule has hook dicts of its own
                 self._runner.rebind(binding.constants)
                 log.info("cachesvc compile %s: %s was replaced; the package now runs on the new tensors",
                          self.name, changed)

@@ -20,8 +20,11 @@ model when ``forward`` changed (relu to tanh) or a setting did (``LeakyReLU(0.01
 - ``config``: every module's ``extra_repr()`` and its plain-valued attributes (numbers, strings,
   dtypes, tuples and dicts of them), and a transformers ``config.to_dict()`` where a module has one.
 
-A changed one is another key, hence a miss, never another model's package. Both are computed at
-``compile()``, on the hit path too: the mlp's take well under a millisecond (docs/client.md).
+A changed one is another key, hence a miss. The key is an index, not a proof: it finds the package
+most likely to be this model's, so two versions of a deploy do not take turns at one entry, and the
+proof (proof/) decides whether that package serves. Both walks never raise: an object they cannot read
+is keyed as unreadable. Both are computed at ``compile()``, on the hit path too: the mlp's take well
+under a millisecond (docs/client.md).
 """
 from __future__ import annotations
 

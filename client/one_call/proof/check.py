@@ -61,6 +61,11 @@ class Proof:
         frame = {"self": self.model, "args": args, "kwargs": kwargs}
         return any(manager.check(frame) for manager in self._managers)
 
+    def refresh(self) -> None:
+        """The model's modules were swapped (binding.py saw it): find its hook dicts again."""
+        if self._hooks is not None:
+            self._hooks.refresh()
+
     def why_not(self, args: tuple, kwargs: dict) -> str:
         """The first guard of the example's entry that fails for this call (torch's words), for the log."""
         hooked = self._hooks.why() if self._hooks is not None else None
@@ -179,21 +184,38 @@ def _stand_in(value: Any) -> Any:
 
 
 class Hooks:
-    """The module hook dicts the build saw empty (its EMPTY_NN_MODULE_HOOKS_DICT guards), checked in Python
-    at load and again whenever a hook handle has been made anywhere since (``RemovableHandle.next_id``, one
-    attribute read a call): a hook registered after the load is seen at the next call."""
+    """The module hook dicts the build saw empty (its EMPTY_NN_MODULE_HOOKS_DICT guards), checked at load and
+    again whenever a hook handle has been made anywhere since (``RemovableHandle.next_id``, one attribute
+    read a call): a hook registered after the load is seen at the next call. The dicts are found from their
+    guards' sources once (and again by ``refresh`` after a submodule was swapped): a check is one ``len``
+    a dict."""
 
     def __init__(self, model: Any):
         from torch.utils.hooks import RemovableHandle
 
         self._handles, self._sources, self._scope, self._seen = RemovableHandle, [], {}, -1
+        self._dicts: List[Any] = []
 
     def add(self, sources: List[Any], live_locals: dict, live_globals: dict) -> None:
         self._sources.extend(sources)
         self._scope = {"L": live_locals, "G": live_globals, "__builtins__": builtins.__dict__}
+        self.refresh()
         why = self._check()
         if why:
             raise NoProof(why)
+
+    def refresh(self) -> None:
+        """Find the hook dicts again from their sources (the model's modules may have been swapped)."""
+        from torch._dynamo.guards import _get_closure_vars
+
+        cache, closure_vars, found = {}, _get_closure_vars(), []
+        for source in self._sources:
+            try:
+                found.append((source.name, source.get_value(self._scope, closure_vars, cache)))
+            except Exception:  # noqa: BLE001 - the module is gone: its slot's guards say so
+                continue
+        self._dicts = found
+        self._seen = -1
 
     def why(self) -> Optional[str]:
         """None while no module the trace ran has a hook it did not have at build; else which."""
@@ -202,16 +224,10 @@ class Hooks:
         return self._check()
 
     def _check(self) -> Optional[str]:
-        from torch._dynamo.guards import _get_closure_vars
-
-        seen, cache, closure_vars = self._handles.next_id, {}, _get_closure_vars()
-        for source in self._sources:
-            try:
-                hooks = source.get_value(self._scope, closure_vars, cache)
-            except Exception:  # noqa: BLE001 - the module is gone: its slot's guards say so
-                continue
+        seen = self._handles.next_id
+        for name, hooks in self._dicts:
             if hooks:
-                return f"{source.name} has a hook the package was not built with"
+                return f"{name} has a hook the package was not built with"
         self._seen = seen
         return None
 

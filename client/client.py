@@ -72,8 +72,25 @@ def _required(report: RestoreReport) -> str:
     return f"a hit is required (require_hit or ${REQUIRE_HIT_VAR}) and {report.summary()}"
 
 
+def _exiting(exc: BaseException) -> bool:
+    """Whether ``exc`` is the interpreter shutting down under a restore still in flight (a short-lived process
+    that exits during the one call's background snapshot restore): its thread pools refuse new work."""
+    import concurrent.futures.thread as pools
+
+    if sys.is_finalizing():
+        return True
+    # "cannot schedule new futures after [interpreter] shutdown": the pools' exit hook has run
+    return isinstance(exc, RuntimeError) and "cannot schedule new futures" in str(exc) and \
+        bool(getattr(pools, "_shutdown", False))
+
+
 def _failed(exc: Exception, report: RestoreReport, *, require: bool) -> RestoreReport:
-    """A restore that raised ``exc``: logged, and the miss ``report`` returned (HitRequired when required)."""
+    """A restore that raised ``exc``: logged, and the miss ``report`` returned (HitRequired when required).
+    A restore cut short by the process exiting is not a failure: one debug line."""
+    if _exiting(exc):
+        log.debug("cachesvc restore of %s stopped: the process is exiting (%s)", report.name, exc)
+        report.reason = "stopped: the process is exiting"
+        return report
     log.warning("cachesvc restore of %s failed (a miss): %s", report.name, _why(exc),
                 exc_info=not isinstance(exc, (CacheClientError, OSError, keys.InvalidKey)))
     if require:

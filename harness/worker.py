@@ -138,6 +138,9 @@ def main() -> None:
     p.add_argument("--replace-weights", choices=("assign", "data", "param", "dict"), default=None,
                    help="after the first call, replace every parameter (load_state_dict(assign=True), .data =, or "
                         "a new nn.Parameter) by 1.5x copies, call again and compare with eager")
+    p.add_argument("--auto-publish", action="store_true",
+                   help="with --one-call: compile(publish=None), the default: publish when the client has a write "
+                        "token (at exit when the process does not wait)")
     p.add_argument("--verify-first", action="store_true", help="with --one-call: compile(..., verify=True)")
     p.add_argument("--require-hit", action="store_true", help="with --one-call: compile(..., require_hit=True)")
     p.add_argument("--eager", action="store_true", help="no compile: the model itself (the eager baseline)")
@@ -216,7 +219,8 @@ def main() -> None:
                 checked["require_hit"] = True
             # keywords only when the model takes them: an older client's compile() has no kwargs argument
             call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
-                                           client=client, publish=args.publish, **checked)
+                                           client=client, publish=True if args.publish else (
+                                               None if args.auto_publish else False), **checked)
             if args.warm_batch:
                 call(torch.randn(args.warm_batch, *inputs[0].shape[1:], device=inputs[0].device))
         elif precompiled:
@@ -244,6 +248,7 @@ def main() -> None:
             out["also_batch_s"] = time.perf_counter() - t  # the off-spec call: torch.compile, cold or from the cache
             out["also_batch_max_abs_diff"] = float((got - model(other)).abs().max())
     out["output_type"] = type(result).__name__  # a ModelOutput stays one through the one call
+    out["transformers"] = getattr(sys.modules.get("transformers"), "__version__", None)
     if args.replace_weights:
         out["replaced_max_abs_diff"] = _replaced(args.replace_weights, model, call, inputs)
     if args.one_call:

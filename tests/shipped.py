@@ -255,3 +255,16 @@ def imported_from(venv: Venv, modules: Iterable[str], env: Dict[str, str], cwd: 
     """Where ``venv``'s Python imports each of ``modules`` from, run as ``env`` in ``cwd``."""
     code = "import importlib, json, sys\nprint(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))"
     return json.loads(_run([str(venv.python), "-c", code, *modules], env=env, cwd=cwd).stdout)
+
+
+# -- transformers 4.x beside the suite's 5.x --------------------------------------------------------
+
+#: the last 4.x, still what most deployments pin, with the hub and tokenizers it needs (its 5.x are the suite's)
+TRANSFORMERS_4 = ("transformers==4.57.6", "huggingface_hub==0.36.2", "tokenizers==0.22.2")
+
+
+def transformers_4() -> Path:
+    """A folder holding transformers 4.57 (``pip install --target``, no dependencies beyond ``TRANSFORMERS_4``:
+    the suite's venv has the rest), made once per run: put it first on a container's PYTHONPATH."""
+    return _once("transformers-4", lambda folder: _run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(folder), *TRANSFORMERS_4]))

@@ -93,6 +93,7 @@ class CompiledModel:
         #: calls served by the precompiled artifact / by torch.compile, and why torch.compile served
         self.calls = Calls()
         self._publish = bool(self.client.token) if publish is None else publish
+        self._publish_asked = publish is True  # a build job's: it tries a package again whatever failed before
         self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
         if self.route == "aoti":
@@ -152,6 +153,13 @@ class CompiledModel:
         snapshot = getattr(self, "snapshot", None)
         built = (snapshot.meta or {}).get(support.PACKAGE_FAILED) if snapshot is not None and snapshot.hit else None
         return f"{cause}; the process that compiled it published no package: {built}" if built else cause
+
+    def _recorded_failure(self) -> str:
+        """Why the process that compiled this key published no package, from the snapshot restored at the miss."""
+        snapshot = getattr(self, "snapshot", None)
+        if snapshot is None or not snapshot.hit:
+            return ""
+        return str((snapshot.meta or {}).get(support.PACKAGE_FAILED) or "")
 
     def _start_snapshot_restore(self) -> None:
         """A hit: restore the key's snapshot in the background, so a call off the spec (another batch
@@ -302,7 +310,11 @@ class CompiledModel:
         except Exception as exc:  # noqa: BLE001 - e.g. a bad env file: the call's result is still good
             log.warning("cachesvc compile %s: not publishing: %s", self.name, exc)
             return
-        self._publisher = publisher_mod.Publisher(self, key)
+        known = "" if self._publish_asked else self._recorded_failure()
+        if known:
+            log.info("cachesvc compile %s: not building a package: the process that compiled this key could not (%s); "
+                     "a build with other code or another torch, or compile(publish=True), tries again", self.name, known)
+        self._publisher = publisher_mod.Publisher(self, key, known_failure=known)
         # the export here, in the thread that made the first call, not in the background beside later calls
         self._publisher.export()
         self._publisher.start()

@@ -12,7 +12,7 @@ them before loading (build.py).
 from __future__ import annotations
 
 import copy
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from .calls import canonical
 
@@ -21,9 +21,16 @@ BUILTIN_MODULES = ("builtins", "collections", "torch")
 
 
 def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Optional[Mapping[str, Any]] = None,
-           dynamic_shapes: Any = None) -> List[str]:
+           dynamic_shapes: Any = None) -> Tuple[List[str], str]:
     """``torch.export`` a copy of ``model`` for ``model(*example_inputs, **kwargs)`` and save the program at
-    ``path`` (.pt2); return the modules the build child must import to read it (``spec_modules``).
+    ``path`` (.pt2); return the modules the build child must import to read it (``spec_modules``) and how it
+    was exported: ``"non-strict"``, else ``"strict"``.
+
+    Non-strict export first (it runs the model's Python as it is); where it fails, or its program cannot be
+    saved, strict export (Dynamo's trace, the proof's own tracer): transformers 4.x decoders build their
+    attention mask with ``torch.vmap``, which non-strict export leaves as a ``flat_apply`` node that
+    ``torch.export.save`` cannot serialize (``SerializeError: Failed serializing node flat_apply``); strict
+    export traces it into plain ops. Raises the first attempt's error when both fail.
 
     The keyword arguments are passed sorted by name (calls.canonical): the package's inputs are then in
     the order every call is flattened in, whatever order a caller writes them in. ``dynamic_shapes``:
@@ -31,15 +38,37 @@ def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Opti
     calls (compiled.py): export sets torch.fx's module-level node metadata, which a compiled call running
     at the same time in another thread also sets, and torch 2.11's compiled ViT-B/16 died of that race
     (KeyError 'custom', then terminate) when export ran in the background thread."""
+    failures: List[BaseException] = []
+    for strict in (False, True):
+        try:
+            return _export(model, example_inputs, path, kwargs, dynamic_shapes, strict), \
+                "strict" if strict else "non-strict"
+        except Exception as exc:  # noqa: BLE001 - the other way may work; both failing raises the first
+            failures.append(exc)
+    raise failures[0]
+
+
+def _export(model: Any, example_inputs: Sequence[Any], path: str, kwargs: Optional[Mapping[str, Any]],
+            dynamic_shapes: Any, strict: bool) -> List[str]:
     import torch
 
     twin = copy.deepcopy(model)  # export may patch the module it traces; the process keeps the original
     args, kw = canonical(example_inputs, kwargs)
     with torch.no_grad():
-        program = torch.export.export(twin, args, kw, dynamic_shapes=dynamic_shapes)
+        program = torch.export.export(twin, args, kw, dynamic_shapes=dynamic_shapes, strict=strict)
     torch.export.save(program, path)
     signature = program.module_call_graph[0].signature
     return spec_modules(signature.in_spec, signature.out_spec)
+
+
+def run_once(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """One eager forward of a copy of ``model`` (train mode moves its running statistics), under no grad: what
+    the proof records the environment variables from when strict export traced without running the model."""
+    import torch
+
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin(*args, **kwargs)
 
 
 def spec_modules(*specs: Any) -> List[str]:

@@ -28,9 +28,14 @@ log = logging.getLogger("cachesvc_client")
 
 
 class Publisher:
-    def __init__(self, compiled: Any, key: dict):
+    def __init__(self, compiled: Any, key: dict, *, known_failure: str = ""):
+        """``known_failure``: why the process that compiled this key before could build no package (its
+        snapshot's meta): no package is tried again here (``export`` returns at once), the snapshot carries
+        the cause on, and a build with other code or another torch (another key) tries afresh."""
         self.compiled, self.key = compiled, key
         self.result: Dict[str, Any] = {}
+        self._known_failure = known_failure
+        self.exported = ""  # how torch.export made the program: non-strict, or strict where that failed
         self._thread = threading.Thread(target=self._run, name=f"cachesvc-compile-publish-{key['name']}",
                                         daemon=True)
         self._work: Optional[str] = None  # the exported program's folder, removed when the thread ends
@@ -45,6 +50,9 @@ class Publisher:
         c = self.compiled
         if c.route != "aoti" or support.support():
             return
+        if self._known_failure:  # the same key failed before: not again in this serving thread
+            self._not_exported = self._known_failure
+            return
         self._work = tempfile.mkdtemp(prefix="cachesvc-compile-")
         try:
             self._proof = proof.capture(c.model, c.args, c.call_kwargs, dynamic=c.spec.dynamic_leaves())
@@ -54,10 +62,11 @@ class Publisher:
             return
         try:
             with proof.environment_reads(self._proof) as names:
-                self._imports = export.export(c.model, c.args, os.path.join(self._work, "exported.pt2"),
-                                              kwargs=c.call_kwargs,
-                                              dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args,
-                                                                                          c.call_kwargs))
+                self._imports, self.exported = export.export(
+                    c.model, c.args, os.path.join(self._work, "exported.pt2"), kwargs=c.call_kwargs,
+                    dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args, c.call_kwargs))
+                if self.exported == "strict":  # Dynamo traced symbolically: the model's Python ran for real once
+                    export.run_once(c.model, c.args, c.call_kwargs)
             self._proof = self._proof.with_environment(names)
         except Exception as exc:  # noqa: BLE001 - torch.export refuses many models; the call's result is good
             self._not_exported = f"torch.export failed: {export.why_failed(exc)}"
@@ -115,6 +124,8 @@ class Publisher:
         why = support.support()
         if why:
             return {"skipped": why}
+        if self._known_failure:
+            return {"skipped": f"the process that compiled this key published no package: {self._known_failure}"}
         if self._not_exported or not self._work:
             raise CacheClientError(self._not_exported or "the model was not exported")
         path = os.path.join(self._work, artifacts.FILENAMES[support.KIND])
@@ -135,7 +146,7 @@ class Publisher:
                  c.name, build_seconds, _phase_summary(phases), check_seconds, report.summary())
         return dict(report.to_dict(), build_s=build_seconds, build_phases=phases, check_s=check_seconds,
                     proof={"guards": self._proof.guards, "capture_s": round(self._proof.seconds, 3),
-                           "bytes": len(self._proof.data)})
+                           "bytes": len(self._proof.data)}, exported=self.exported)
 
 
 #: how long an exiting process waits for its publish (a package build is tens of seconds on a CPU)

@@ -257,6 +257,11 @@ def test_a_restarted_process_says_why_its_builder_published_no_package(built):
     assert c["causes"] == [c["why"]] and any(c["why"] in w for w in c["report_warnings"]), c
     assert err.count("published no package") == 1, err[-3000:]
     assert r["max_abs_diff"] < TOL
+    # a restart that publishes by default (it has a write token) does not try the package again in its serving
+    # thread: the failure is known for this key (same code, same torch); it says so, and the snapshot carries it on
+    r, err = run_logged(built, "--auto-publish", code="noexport")
+    assert r is not None, err[-3000:]
+    assert "was not published" not in err and "Dynamo could not trace" not in err.replace(failed, ""), err[-3000:]
 
 
 def test_require_hit_makes_a_miss_an_error_naming_why(built):

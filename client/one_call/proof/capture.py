@@ -193,9 +193,46 @@ def _only_the_call_pickled():
 
     guards_mod.pickle_guards_state, guards_mod.raise_local_type_error = pruned, pickled_later
     try:
-        yield
+        with _sources_by_their_init_fields():
+            yield
     finally:
         guards_mod.pickle_guards_state, guards_mod.raise_local_type_error = pickle_state, local_type_error
+
+
+@contextlib.contextmanager
+def _sources_by_their_init_fields():
+    """Pickle Dynamo's sources as torch 2.13 does: made again from their ``__init__`` fields only. torch
+    2.11's reduce also passes the fields its ``__post_init__`` computes (``DefaultsSource``), which its own
+    unpickling then refuses (``__init__() takes from 3 to 4 positional arguments but 6 were given``): a
+    transformers 4.x model's guards read a function's defaults."""
+    import copyreg
+    import dataclasses
+
+    from torch._guards import Source
+
+    classes, todo = [], [Source]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if dataclasses.is_dataclass(cls) and any(not f.init for f in dataclasses.fields(cls)):
+            classes.append(cls)
+    saved = {cls: copyreg.dispatch_table.get(cls) for cls in classes}
+    for cls in classes:
+        copyreg.pickle(cls, _reduce_source)
+    try:
+        yield
+    finally:
+        for cls, reducer in saved.items():
+            if reducer is None:
+                copyreg.dispatch_table.pop(cls, None)
+            else:
+                copyreg.dispatch_table[cls] = reducer
+
+
+def _reduce_source(source: Any) -> Tuple[Any, tuple]:
+    import dataclasses
+
+    return type(source), tuple(getattr(source, f.name) for f in dataclasses.fields(source) if f.init)
 
 
 def _dynamic_copies(args: tuple, kwargs: dict, dynamic: Sequence[Tuple[int, int]]) -> Tuple[tuple, dict]:

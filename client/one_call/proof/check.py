@@ -108,7 +108,6 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     from torch._dynamo.guards import CheckFunctionManager
     from torch._dynamo.mutation_guard import install_generation_tagging_init
     from torch._dynamo.output_graph import OutputGraphCommon
-    from torch._dynamo.package import load_guards_state
 
     started = time.perf_counter()
     _check_sources(header["sources"])
@@ -116,7 +115,7 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     # build's classes were described wrapped, so these are too
     install_generation_tagging_init()
     started = _phase(phases, "sources", started)
-    state = load_guards_state(state_bytes)
+    state = _unpickled(state_bytes)
     started = _phase(phases, "unpickle", started)
     fn, _ = convert_frame.get_traced_fn(model.__call__)
     graph = state.output_graph
@@ -140,6 +139,18 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     _check_now(check.guard_manager, live_locals)
     _phase(phases, "check", started)
     return check.guard_manager
+
+
+def _unpickled(state_bytes: bytes) -> Any:
+    """torch's guard state, unpickled where Dynamo expects to be: some sources install a guard when made
+    (``ImportSource``, for a module a 4.x transformers model imports inside its forward), which needs a
+    trace's context; here a throwaway one takes it (the guard itself is in the state)."""
+    from torch._dynamo.package import load_guards_state
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with tracing(TracingContext(FakeTensorMode())):
+        return load_guards_state(state_bytes)
 
 
 def _phase(phases: Dict[str, float], name: str, started: float) -> float:

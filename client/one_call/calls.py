@@ -121,6 +121,23 @@ class CallSpec:
     def dynamic(self) -> bool:
         return any(t.dynamic for t in self.tensors)
 
+    def narrow(self, served: Mapping[str, Tuple[int, int]]) -> None:
+        """Serve each named dim only within ``served``'s (min, max): what the package was exported for where
+        torch.export narrowed a declaration (export.refine). The key keeps the declaration."""
+        def dim(d: Dim_) -> Dim_:
+            if isinstance(d, int) or d[0] not in served:
+                return d
+            lo, hi = served[d[0]]
+            return d[0], max(d[1], lo), min(d[2], hi)
+
+        self.tensors = tuple(TensorSpec(tuple(dim(d) for d in t.shape), t.stride, t.dtype, t.device,
+                                        t.requires_grad, t.contiguous) for t in self.tensors)
+
+    def served_text(self) -> str:
+        """``seq=2..128,batch=1..8``: each named dim's range as served (the package's meta ``dims``)."""
+        ranges = {d[0]: (d[1], d[2]) for t in self.tensors for d in t.shape if not isinstance(d, int)}
+        return ",".join(f"{name}={lo}..{hi}" for name, (lo, hi) in sorted(ranges.items()))
+
     def dynamic_leaves(self) -> List[Tuple[int, int]]:
         """(leaf index, dim) of every declared varying dim: what the proof's trace marks dynamic."""
         return [(i, d) for i, t in enumerate(self.tensors) for d, dim in enumerate(t.shape) if not isinstance(dim, int)]
@@ -175,6 +192,17 @@ class CallSpec:
         if self.dynamic:
             return base + "|dynamic=" + ",".join(t.text().replace(" ", "") for t in self.tensors)
         return base
+
+
+def parse_served(text: str) -> Dict[str, Tuple[int, int]]:
+    """``served_text``'s ranges; nothing for a text that is not one (a package's meta is untrusted)."""
+    served: Dict[str, Tuple[int, int]] = {}
+    for part in (text or "").split(","):
+        name, _, span = part.partition("=")
+        lo, _, hi = span.partition("..")
+        if name and lo.isdigit() and hi.isdigit():
+            served[name] = (int(lo), int(hi))
+    return served
 
 
 def _as_call(example: Any) -> Tuple[tuple, Dict[str, Any]]:

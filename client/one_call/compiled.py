@@ -125,6 +125,7 @@ class CompiledModel:
                                       cuda_graph=self.cuda_graph)
                 self._binding, self._proof = binding, checked
                 self.proof_seconds, self.proof_guards = checked.load_seconds, checked.guards
+                self.spec.narrow(calls.parse_served(str((report.meta or {}).get(support.SERVED, ""))))
                 if self._runner.in_spec != self.spec.structure:  # the key's shape text matched, the package not
                     why, self._runner, self._binding = "the package's inputs are not this call's arguments", None, None
             except CacheClientError as exc:

@@ -12,7 +12,8 @@ them before loading (build.py).
 from __future__ import annotations
 
 import copy
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .calls import canonical
 
@@ -20,17 +21,31 @@ from .calls import canonical
 BUILTIN_MODULES = ("builtins", "collections", "torch")
 
 
+@dataclass
+class Exported:
+    """What ``export`` made: the modules the build child imports (``spec_modules``), how torch.export made the
+    program (``"non-strict"``, else ``"strict"``), and the declared dims torch.export narrowed (name ->
+    (min, max), with the fix it suggested), empty when it took the declaration as it was."""
+
+    imports: List[str]
+    how: str
+    narrowed: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    fix: str = ""
+
+
 def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Optional[Mapping[str, Any]] = None,
-           dynamic_shapes: Any = None) -> Tuple[List[str], str]:
+           dynamic_shapes: Any = None) -> Exported:
     """``torch.export`` a copy of ``model`` for ``model(*example_inputs, **kwargs)`` and save the program at
-    ``path`` (.pt2); return the modules the build child must import to read it (``spec_modules``) and how it
-    was exported: ``"non-strict"``, else ``"strict"``.
+    ``path`` (.pt2).
 
     Non-strict export first (it runs the model's Python as it is); where it fails, or its program cannot be
     saved, strict export (Dynamo's trace, the proof's own tracer): transformers 4.x decoders build their
     attention mask with ``torch.vmap``, which non-strict export leaves as a ``flat_apply`` node that
     ``torch.export.save`` cannot serialize (``SerializeError: Failed serializing node flat_apply``); strict
-    export traces it into plain ops. Raises the first attempt's error when both fail.
+    export traces it into plain ops. A declared range torch.export cannot serve whole ("Constraints violated
+    ... Suggested fixes: seq = Dim('seq', max=128)") is narrowed by its own suggestion
+    (``refine_dynamic_shapes_from_suggested_fixes``) within the declaration, and exported again; a fix that
+    makes a dim derived from another is not taken. Raises the first attempt's error when nothing works.
 
     The keyword arguments are passed sorted by name (calls.canonical): the package's inputs are then in
     the order every call is flattened in, whatever order a caller writes them in. ``dynamic_shapes``:
@@ -40,12 +55,74 @@ def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Opti
     (KeyError 'custom', then terminate) when export ran in the background thread."""
     failures: List[BaseException] = []
     for strict in (False, True):
-        try:
-            return _export(model, example_inputs, path, kwargs, dynamic_shapes, strict), \
-                "strict" if strict else "non-strict"
-        except Exception as exc:  # noqa: BLE001 - the other way may work; both failing raises the first
-            failures.append(exc)
+        shapes, narrowed, fix = dynamic_shapes, {}, ""
+        for _ in range(2):  # as declared, then as torch.export suggests
+            try:
+                imports = _export(model, example_inputs, path, kwargs, shapes, strict)
+                return Exported(imports, "strict" if strict else "non-strict", narrowed, fix)
+            except Exception as exc:  # noqa: BLE001 - another way may work; nothing working raises the first
+                failures.append(exc)
+                refined = refine(exc, shapes)
+                if refined is None:
+                    break
+                shapes, narrowed, fix = refined
     raise failures[0]
+
+
+def refine(exc: BaseException, dynamic_shapes: Any) -> Optional[Tuple[Any, Dict[str, Tuple[int, int]], str]]:
+    """torch.export's suggested fixes for ``exc``, applied to ``dynamic_shapes`` within what was declared:
+    (the refined shapes, name -> (min, max) of each dim they narrowed, the fixes' text); None when ``exc``
+    suggests none, or a fix ``CallSpec`` cannot serve (a dim derived from another)."""
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    text = str(exc)
+    if dynamic_shapes is None or "Suggested fixes:" not in text:
+        return None
+    fixes = [line.strip() for line in text[text.index("Suggested fixes:"):].splitlines()[1:]
+             if line.startswith("  ") and " = " in line]
+    if not fixes:
+        return None
+    try:
+        refined = refine_dynamic_shapes_from_suggested_fixes("Suggested fixes:\n  " + "\n  ".join(fixes),
+                                                              dynamic_shapes)
+    except Exception:  # noqa: BLE001 - a fix torch cannot apply to this declaration
+        return None
+    declared = _dims(dynamic_shapes)
+    narrowed: Dict[str, Tuple[int, int]] = {}
+
+    def within(original: Any, new: Any) -> Any:
+        name = getattr(original, "__name__", None)
+        if name is None:
+            return new
+        if isinstance(new, int):
+            narrowed[name] = (new, new)
+            return new
+        if hasattr(new, "fn") or not hasattr(new, "min"):  # derived (seq = 2 * _seq): not a range to serve
+            raise ValueError(name)
+        lo, hi = max(declared[name][0], new.min), min(declared[name][1], new.max)
+        narrowed[name] = (lo, hi)
+        return Dim(name, min=lo, max=hi)
+
+    try:
+        shapes = {arg: ({d: within(dims[d], new[d]) for d in new} if isinstance(new, Mapping) else new)
+                  for arg, dims, new in _pairs(dynamic_shapes, refined)}
+    except ValueError:
+        return None
+    return shapes, narrowed, "; ".join(fixes)
+
+
+def _dims(dynamic_shapes: Any) -> Dict[str, Tuple[int, int]]:
+    found = {}
+    for dims in dynamic_shapes.values():
+        for d in (dims or {}).values():
+            if hasattr(d, "__name__") and hasattr(d, "min"):
+                found[d.__name__] = (d.min, d.max)
+    return found
+
+
+def _pairs(declared: Any, refined: Any) -> List[Tuple[Any, Any, Any]]:
+    return [(arg, declared.get(arg) or {}, refined.get(arg)) for arg in declared]
 
 
 def _export(model: Any, example_inputs: Sequence[Any], path: str, kwargs: Optional[Mapping[str, Any]],

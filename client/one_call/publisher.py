@@ -56,20 +56,33 @@ class Publisher:
         self._work = tempfile.mkdtemp(prefix="cachesvc-compile-")
         try:
             self._proof = proof.capture(c.model, c.args, c.call_kwargs, dynamic=c.spec.dynamic_leaves())
-            self._proof, self._ends = ends.plan(c, self._proof)
         except proof.NoProof as exc:  # a package nothing can vouch for would never serve: none is built
             self._not_exported = f"no proof the package computes this model: {exc.message}"
             return
         try:
-            with proof.environment_reads(self._proof) as names:
-                self._imports, self.exported = export.export(
-                    c.model, c.args, os.path.join(self._work, "exported.pt2"), kwargs=c.call_kwargs,
-                    dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args, c.call_kwargs))
-                if self.exported == "strict":  # Dynamo traced symbolically: the model's Python ran for real once
-                    export.run_once(c.model, c.args, c.call_kwargs)
-            self._proof = self._proof.with_environment(names)
+            self._export()
         except Exception as exc:  # noqa: BLE001 - torch.export refuses many models; the call's result is good
             self._not_exported = f"torch.export failed: {export.why_failed(exc)}"
+            return
+        try:
+            self._proof, self._ends = ends.plan(c, self._proof)  # the ranges as exported
+        except proof.NoProof as exc:
+            self._not_exported = f"no proof the package computes this model: {exc.message}"
+
+    def _export(self) -> None:
+        c = self.compiled
+        with proof.environment_reads(self._proof) as names:
+            made = export.export(c.model, c.args, os.path.join(self._work, "exported.pt2"), kwargs=c.call_kwargs,
+                                 dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args, c.call_kwargs))
+            if made.how == "strict":  # Dynamo traced symbolically: the model's Python ran for real once
+                export.run_once(c.model, c.args, c.call_kwargs)
+        self._proof = self._proof.with_environment(names)
+        self._imports, self.exported = made.imports, made.how
+        if made.narrowed:
+            before = c.spec.served_text()
+            c.spec.narrow(made.narrowed)
+            log.warning("cachesvc compile %s: declared %s is served as %s (torch.export's suggested fix: %s); calls "
+                        "outside it run torch.compile", c.name, before, c.spec.served_text(), made.fix)
 
     def start(self) -> None:
         self._thread.start()
@@ -140,6 +153,8 @@ class Publisher:
         check_seconds = time.monotonic() - checked
         meta = dict(artifacts.artifact_meta(support.KIND, c.example_inputs, c.device),
                     **support.host_meta(c.device), structure=c.tags["structure"])
+        if c.spec.dynamic:  # the ranges the package serves (narrower than declared where export said so)
+            meta[support.SERVED] = c.spec.served_text()[:support.META_CHARS]
         report = artifacts.publish_file(c.client.api, self.key, support.KIND, path=path, meta=meta,
                                         compile_seconds=build_seconds)
         log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s: %s; checked in %.1f s): %s",

@@ -23,6 +23,8 @@ ROUTES = ("aoti", "torch")
 #: the snapshot's meta key where the process that compiled a key says why it published no package
 PACKAGE_FAILED = "package_failed"
 META_CHARS = 1000  # the service's bound on a meta value
+#: the package's meta key: each declared dim's range as the package serves it (calls.CallSpec.served_text)
+SERVED = "dims"
 #: a miss or a fall-back to torch.compile on the declared inputs is an error (CacheClient.restore shares it)
 
 

@@ -86,3 +86,52 @@ def test_declared_shapes_are_served_by_one_package_and_others_fall_back_once(liv
     assert warm.calls["torch.compile"] == 2
     lines = [r.getMessage() for r in caplog.records if "torch.compile serves this call" in r.getMessage()]
     assert len(lines) == 1 and "declared" in lines[0], lines
+
+
+class Positioned(torch.nn.Module):
+    """Position embeddings for 16 places, longer inputs cut to 16 first: a trace at a sequence of 16 or less
+    holds for those lengths only, so a declared range past 16 cannot be exported whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.randn(16, 8))
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.shape[1] > 16:
+            x = x[:, :16]
+        return self.proj(x + self.pos[: x.shape[1]])
+
+
+@one_backend
+def test_a_range_torch_export_narrows_is_served_as_narrowed(live_server, tmp_path, monkeypatch, caplog):
+    """Declared seq 2..32; torch.export refuses it ("Constraints violated (seq) ... Suggested fixes: seq =
+    Dim('seq', max=16)"): the package is exported for 2..16, the build says so in one line, the package's meta
+    carries the range, and a restart serves 2..16 and sends 24 to torch.compile, naming the range."""
+    if support.support():
+        pytest.skip(support.support())
+    from torch.export import Dim
+
+    model, seq = Positioned().eval(), Dim("seq", min=2, max=32)
+    x = {n: torch.randn(2, n, 8, generator=torch.Generator().manual_seed(n)) for n in (4, 12, 24)}
+    declared = {"dynamic_shapes": {"x": {1: seq}}}
+    enter_container(monkeypatch, tmp_path / "cold")
+    caplog.set_level(logging.WARNING, logger="cachesvc_client")
+    cold = cachesvc_client.compile(model, (x[4],), name="positioned", client=client_for(live_server.url),
+                                   publish=True, **declared)
+    with torch.no_grad():
+        cold(x[4])
+    published = cold.wait_published()
+    assert published["artifact"].get("status") == "committed", published
+    said = [r.getMessage() for r in caplog.records if "is served as" in r.getMessage()]
+    assert len(said) == 1 and "declared seq=2..32 is served as seq=2..16" in said[0], said
+
+    enter_container(monkeypatch, tmp_path / "restarted")
+    warm = cachesvc_client.compile(model, (x[4],), name="positioned", client=client_for(live_server.url), **declared)
+    assert warm.source == "artifact", warm.miss_reason
+    with torch.no_grad():
+        for n in (4, 12):
+            torch.testing.assert_close(warm(x[n]), model(x[n]))
+        assert warm.calls == {"artifact": 2, "torch.compile": 0}
+        torch.testing.assert_close(warm(x[24]), model(x[24]))
+    assert warm.calls["torch.compile"] == 1 and "outside the declared seq in [2, 16]" in warm.calls.why, warm.calls.why

@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, signing, torch_fixes
 from .check import CheckReport, check as _check
-from .errors import CacheClientError, Forbidden, HitRequired, ServiceUnavailable, Unauthorized
+from .errors import CacheClientError, HitRequired
 from .fingerprint import environment
 from .publish import admit, keying_warnings, own_roots, publish as _publish
 from .report import PublishReport, RestoreReport
@@ -40,62 +40,8 @@ def _compile_seconds(given: Optional[float]) -> Optional[float]:
     return given if given is not None else torch_compile_seconds()
 
 
-def _service_down(exc: BaseException) -> bool:
-    """The restore failed at the service or its storage, not at the key: no or a malformed URL, nothing
-    answering, 5xx or a deadline (ServiceUnavailable), or a token it refused."""
-    return isinstance(exc, (ServiceUnavailable, Unauthorized, Forbidden)) or getattr(exc, "code", "") == "bad_url"
-
-
-def _why(exc: BaseException) -> str:
-    """A failed restore's reason. CacheClientError: its message; InvalidKey: the name, shape or tags the
-    caller gave, or (EnvError) the deployment's env file or variables; OSError: the container's own disk
-    (full, read-only); anything else is a bug in this client, named as one (the log has the traceback)."""
-    if isinstance(exc, CacheClientError):
-        return exc.message
-    if isinstance(exc, keys.InvalidKey):
-        return str(exc)
-    if isinstance(exc, OSError):
-        return f"{type(exc).__name__}: {exc}"
-    return f"unexpected {type(exc).__name__} in cachesvc-client (a bug; please report it): {exc}"
-
-
-#: a miss is an error when this is 1, true or yes (CacheClient.restore, `cachesvc-client restore`, the one call)
-REQUIRE_HIT_VAR = "CACHESVC_REQUIRE_HIT"
-
-
-def require_hit_from_env() -> bool:
-    """``$CACHESVC_REQUIRE_HIT`` is 1, true or yes (any case): a restore that misses must fail."""
-    return os.environ.get(REQUIRE_HIT_VAR, "").strip().lower() in ("1", "true", "yes")
-
-
-def _required(report: RestoreReport) -> str:
-    return f"a hit is required (require_hit or ${REQUIRE_HIT_VAR}) and {report.summary()}"
-
-
-def _exiting(exc: BaseException) -> bool:
-    """Whether ``exc`` is the interpreter shutting down under a restore still in flight (a short-lived process
-    that exits during the one call's background snapshot restore): its thread pools refuse new work."""
-    import concurrent.futures.thread as pools
-
-    if sys.is_finalizing():
-        return True
-    # "cannot schedule new futures after [interpreter] shutdown": the pools' exit hook has run
-    return isinstance(exc, RuntimeError) and "cannot schedule new futures" in str(exc) and \
-        bool(getattr(pools, "_shutdown", False))
-
-
-def _failed(exc: Exception, report: RestoreReport, *, require: bool) -> RestoreReport:
-    """A restore that raised ``exc``: logged, and the miss ``report`` returned (HitRequired when required).
-    A restore cut short by the process exiting is not a failure: one debug line."""
-    if _exiting(exc):
-        log.debug("cachesvc restore of %s stopped: the process is exiting (%s)", report.name, exc)
-        report.reason = "stopped: the process is exiting"
-        return report
-    log.warning("cachesvc restore of %s failed (a miss): %s", report.name, _why(exc),
-                exc_info=not isinstance(exc, (CacheClientError, OSError, keys.InvalidKey)))
-    if require:
-        raise HitRequired(_required(report), report) from exc
-    return report
+from .restore.outcome import (REQUIRE_HIT_VAR, failed as _failed, require_hit_from_env,  # noqa: E402,F401
+                              required as _required, service_down as _service_down, why as _why)
 
 
 def _published(report: PublishReport, *more_warnings: Optional[str]) -> PublishReport:

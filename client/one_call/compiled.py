@@ -210,8 +210,11 @@ class CompiledModel:
 
     def _unproven(self, args: tuple, kwargs: dict) -> Optional[str]:
         """None while the package's guards hold for this call (proof.py); else the first that fails."""
-        if self._proof.holds(args, kwargs):
-            return None
+        try:
+            if self._proof.holds(args, kwargs):
+                return None
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run proves nothing: torch.compile serves
+            return f"the package's guards could not be checked for this call: {type(exc).__name__}: {exc}"
         return f"the package's guards fail for this call: {self._proof.why_not(args, kwargs)}"
 
     def _stale(self) -> Optional[str]:

@@ -68,6 +68,8 @@ class Publisher:
             self._proof, self._ends = ends.plan(c, self._proof)  # the ranges as exported
         except proof.NoProof as exc:
             self._not_exported = f"no proof the package computes this model: {exc.message}"
+        except Exception as exc:  # noqa: BLE001 - never the serving call's trouble: no package, and why
+            self._not_exported = f"the declared range's ends could not be planned: {_why(exc)}"
 
     def _export(self) -> None:
         c = self.compiled

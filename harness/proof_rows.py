@@ -162,6 +162,19 @@ def _global_hook(module: Any, model: Any) -> Callable:
     return handle.remove
 
 
+def _patched_method(module: Any, model: Any) -> Callable:
+    """A method of the model's class replaced in the serving process, before compile()."""
+    original = module.Rows.extra
+    module.Rows.extra = lambda self, y: y * 2
+    return lambda: setattr(module.Rows, "extra", original)
+
+
+def _mutated_global(module: Any, model: Any) -> Callable:
+    """A module-level dict the forward reads, changed in the serving process before compile()."""
+    module.TABLE["bias"] = 0.4
+    return lambda: module.TABLE.__setitem__("bias", rows_model.DEFAULTS["table_bias"])
+
+
 def _transposed_weight(module: Any, model: Any) -> None:
     import torch
 
@@ -178,10 +191,12 @@ FILE_ROWS = {"class_constant": {"scale": 1.5}, "enum_value": {"enum_a": 1.5}, "g
              "global_partial": {"slope": 0.2}, "lru_cache_body": {"lru_k": 0.5}, "pkg_sub_helper": {"sub_k": 1.0},
              "jit_helper": {"jit_k": 2.0}, "attr_dataclass": {"attr_gain": 1.0}, "attr_callable": {"call_k": 1.5},
              "attr_dict": {"dict_k": 4}, "attr_numpy": {"np_k": 0.7}, "hook_partial": {"hook_k": 1.3},
-             "hook_stateful": {"stateful_k": 0.9}}
+             "hook_stateful": {"stateful_k": 0.9}, "global_dict_item": {"table_bias": 0.5},
+             "closure_cell": {"closure_k": 0.9}}
 CHANGE_ROWS = {"env_var": lambda m, model: _undo_env("ROWS_FLAG", "1"), "monkeypatched_gelu": _patch_gelu,
                "forward_replaced": _replace_forward, "global_hook": _global_hook,
-               "transposed_weight": _transposed_weight, "channels_last": _channels_last}
+               "transposed_weight": _transposed_weight, "channels_last": _channels_last,
+               "patched_method": _patched_method, "mutated_global": _mutated_global}
 
 
 def _grad_enabled(model: Any, x: Any):

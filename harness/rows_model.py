@@ -2,7 +2,8 @@
 change (class constant, enum value, module-level dataclass and partial, lru_cache helper, a helper reached as
 ``pkg.sub.fn()``, a TorchScript helper, attributes holding a dataclass, a callable object, a dict and a
 numpy scalar, hooks given as a partial and as a stateful object, an environment variable, grad mode, a
-tied weight, a convolution), and two more for a train-mode build and a declared range over a ``squeeze()``.
+tied weight, a convolution, a module-level dict, a closure's cell, a method of its own class), and two more
+for a train-mode build and a declared range over a ``squeeze()``.
 
 ``write(folder, **edits)`` writes ``rowmodel.py``, ``rowpkg/sub.py`` and ``rowpkg/settings.py`` there, each value from ``DEFAULTS``
 unless edited: a restart writes the same folder with one edit, as a deploy of changed files would.
@@ -16,6 +17,7 @@ from typing import Any, Dict
 DEFAULTS: Dict[str, Any] = {
     "scale": 1.0, "enum_a": 1.0, "global_gain": 0.5, "slope": 0.1, "lru_k": 0.25, "sub_k": 0.75, "jit_k": 1.5,
     "dict_k": 3, "attr_gain": 0.9, "call_k": 1.25, "np_k": 0.5, "hook_k": 1.1, "stateful_k": 0.8,
+    "table_bias": 0.05, "closure_k": 0.7,
 }
 
 MODEL = '''\
@@ -45,6 +47,16 @@ class Settings:
 
 SETTINGS = Settings(gain={global_gain!r})
 ACT = functools.partial(F.leaky_relu, negative_slope={slope!r})
+TABLE = {{"bias": {table_bias!r}}}
+
+
+def _scaled_by(k):
+    def scale(y):
+        return y * k
+    return scale
+
+
+CLOSED = _scaled_by({closure_k!r})
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,9 +106,13 @@ class Rows(nn.Module):
         self.scaler = Scaler(settings.CALL_K)
         self.np_scale = numpy.float32(settings.NP_K)
 
+    def extra(self, y):
+        return y
+
     def forward(self, x):
         y = self.enc(x) * self.SCALE * Mode.A.value * SETTINGS.gain
         y = ACT(y) + rowpkg.sub.fn(y) + table(3) * y
+        y = self.extra(CLOSED(y) + TABLE["bias"])
         y = jit_helper(self.mid(y))
         y = self.conv(y.reshape(-1, 2, 2, 2)).reshape(-1, 8)
         y = self.scaler(y) * self.config["k"] * self.opts.gain * self.np_scale

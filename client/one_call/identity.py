@@ -34,10 +34,11 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Optional, Set, Tuple
 
 FINGERPRINT_CHARS = 16
 #: packages whose code the key's environment already pins (torch's version) or that are the language's
@@ -78,24 +79,27 @@ def _in_distribution_root(path: Path) -> bool:
     and nothing ever hit. Only a name declared by a distribution whose metadata is in that very folder: the
     deploy's own ``models/`` beside a vendored library is followed, even where a distribution elsewhere
     declares a ``models`` too (keyed by that one's version, a changed model would be the same key)."""
-    roots = _distribution_roots()
     for parent in path.parents:
-        names = roots.get(parent)
+        names = _distribution_root(parent)
         if names is not None:
             return Path(path.relative_to(parent).parts[0]).stem in names
     return False
 
 
-@functools.lru_cache(maxsize=1)
-def _distribution_roots() -> Dict[Path, frozenset]:
-    """The folders that hold installed distributions' metadata (their .dist-info), each with the top-level
-    names the distributions there declare."""
-    roots: Dict[Path, Set[str]] = {}
-    for dist in importlib.metadata.distributions():
-        where = getattr(dist, "_path", None)  # PathDistribution: the .dist-info folder
-        if where is not None:
-            roots.setdefault(Path(where).parent, set()).update(_top_levels(dist))
-    return {root: frozenset(names) for root, names in roots.items()}
+@functools.lru_cache(maxsize=4096)
+def _distribution_root(folder: Path) -> Optional[frozenset]:
+    """The top-level names the distributions whose metadata (.dist-info) is in ``folder`` declare; None when
+    none is there. Per folder, on demand: reading every installed distribution's metadata to find the few
+    folders that hold any was most of the key at every ``compile()`` of a model in the deploy's own files."""
+    try:
+        if not any(entry.name.endswith(".dist-info") for entry in os.scandir(folder)):
+            return None
+    except OSError:
+        return None
+    names: Set[str] = set()
+    for dist in importlib.metadata.distributions(path=[str(folder)]):
+        names.update(_top_levels(dist))
+    return frozenset(names)
 
 
 def _top_levels(dist: importlib.metadata.Distribution) -> Set[str]:
@@ -121,8 +125,18 @@ def _distributions() -> dict:
     return importlib.metadata.packages_distributions()
 
 
+@functools.lru_cache(maxsize=None)
 def _versions(top: str) -> str:
-    """The installed distributions that provide the top-level package ``top``, with their versions."""
+    """The installed distributions that provide the top-level package ``top``, with their versions. The
+    distribution of the same name first (transformers, numpy: one metadata file read), else every
+    distribution's metadata (``packages_distributions``: 1-2 s over a venv of 200 of them, which was most
+    of a transformers model's key at every ``compile()``)."""
+    try:
+        dist = importlib.metadata.distribution(top)
+        if top in _top_levels(dist):
+            return f"{dist.metadata['Name']}=={dist.version}"
+    except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
+        pass
     found = []
     for dist in sorted(set(_distributions().get(top, ()))):
         try:

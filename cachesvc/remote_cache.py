@@ -50,7 +50,7 @@ from . import content
 from . import lifecycle
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
-from .storage import Storage
+from .storage.types import Storage
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from . import explain, hits
 from .. import index
 from .answer import blob_entries
 from ..models import Entry, Pack, Version, VersionFile
-from ..storage import Storage
+from ..storage.types import Storage
 from ..config import Settings
 
 STEPS = ("shape", "shapes", "name")

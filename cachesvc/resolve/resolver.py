@@ -10,7 +10,7 @@ from .. import index
 from .answer import blob_entries
 from .hits import HitLog, write_now
 from ..models import Event
-from ..storage import Storage
+from ..storage.types import Storage
 from ..config import Settings
 
 

@@ -15,7 +15,8 @@ from ..auth import requires
 from ..errors import NotFound, PayloadTooLarge
 from ..schemas import EnvSchema, ErrorSchema
 from .answers import RemoteCacheItemSchema
-from . import Blueprint, body_limit, services
+from ..services import services
+from . import Blueprint, body_limit
 
 blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
                 description="Inductor's live remote cache (FX graphs, autotune results) by Inductor's key")

@@ -37,7 +37,7 @@ def resolve(session: Session, storage: Storage, settings: Settings, key: dict, f
         found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes) \
             if kind == "inductor-dir" else None
         if found is not None:
-            miss.version_id = found["version"]["id"]  # the exact key missed, a fallback delivered (cachesvc.browse.stats)
+            miss.version_id = found["version"]["id"]  # the exact key missed, a fallback delivered (readmodel.stats)
             return dict(found, reason=reason)
         return {"hit": False, "reason": reason, "nearest": explain.nearest(session, key)}
 

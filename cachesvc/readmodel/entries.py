@@ -1,4 +1,4 @@
-"""Browse queries shared by the JSON API and the HTML pages.
+"""Entries as the JSON API (``GET /api/v1/entries``) and the HTML pages read them: the same rows for both.
 
 ``search`` keeps the entries whose name or shape contains it (the pages' search box).
 ``shared_bytes`` on a row and on a version: the stored bytes of its blobs that another

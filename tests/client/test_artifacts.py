@@ -13,17 +13,9 @@ from pathlib import Path
 import pytest
 
 from cachesvc_client import CacheClient, CacheClientError, artifacts, load_precompiled
-from tests.client.test_publish_restore import enter_container
 from tests.helpers import ENV
-
-ONE_BACKEND = [pytest.mark.parametrize("storage_settings", ["local"], indirect=True),
-               pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
-
-
-def one_backend(fn):
-    for mark in ONE_BACKEND:
-        fn = mark(fn)
-    return fn
+from tests.helpers.backends import one_backend
+from tests.helpers.client import enter_container
 
 NAME, SHAPE = "mlp", "f32[8,256]"
 

@@ -21,8 +21,8 @@ from cachesvc_client import __version__
 from cachesvc_client.report import RestoreReport
 from cachesvc_client.verify import judge, record_verdict
 from harness.containers import inherited_env
-from tests.client.test_artifacts import one_backend
 from tests.helpers import ENV, foreign_web_server, key, publish
+from tests.helpers.backends import one_backend
 
 NAME, SHAPE = "mlp", "f32[8,256]"
 ENV_VARS = {f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()}  # the key's environment, no torch import

@@ -8,7 +8,7 @@ import pytest
 
 from cachesvc_client import envfiles
 from cachesvc_client.fingerprint import FIELDS
-from tests.client.test_fingerprint import run_python
+from tests.helpers.client import run_python
 
 
 @pytest.fixture

@@ -1,19 +1,18 @@
 """cachesvc_client.fingerprint: environment() and shape_signature()."""
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from cachesvc_client import fingerprint
 from cachesvc_client.fingerprint import FIELDS, environment, shape_signature
+from tests.helpers.client import run_python
 
 CLIENT_DIR = Path(fingerprint.__file__).resolve().parent
 
@@ -23,13 +22,6 @@ def clean_overrides(monkeypatch):
     for name in list(os.environ):
         if name.startswith("CACHESVC_ENV_"):
             monkeypatch.delenv(name)
-
-
-def run_python(code: str, env=None, python: str = sys.executable) -> dict:
-    proc = subprocess.run([python, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # ------------------------------------------------------------------ environment

@@ -1,4 +1,20 @@
-"""Small builders shared by the service and client tests."""
+"""Helpers shared by test files: no test file imports another, nor a conftest (tests/test_project.py).
+
+This module: small builders shared by the service and client tests (a key, a manifest, a publish
+through the API's test client, blobs, a web server that is not cachesvc). The rest, by subject::
+
+    apps.py          a migrated database, a token per scope, an app served over real HTTP (LiveServer)
+    backends.py      LOCAL, SQLITE, one_backend: the storage and database fixtures narrowed to one
+    service.py       clients with a token, versions aged, sign-in on the pages, the API's operations
+    packs.py         packs built and published through the test client
+    commands.py      the `cachesvc` command run in this process, and its one-line errors
+    client.py        a process made to look like a fresh container, the files a warm process leaves
+    restores.py      files published and restored by real clients, a restored cache dir checked whole
+    remote_cache.py  fixtures of the client's remote-cache tests, imported by name where they apply
+
+Shared fixtures are in the conftest of the nearest common folder (tests/conftest.py,
+tests/service/conftest.py, tests/reliability/conftest.py).
+"""
 from __future__ import annotations
 
 import contextlib

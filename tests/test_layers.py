@@ -68,7 +68,8 @@ def client_modules(path: Path) -> Set[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.split(".")[0] == "cachesvc_client")
-        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "cachesvc_client":
+        elif isinstance(node, ast.ImportFrom) and not node.level and \
+                (node.module or "").split(".")[0] == "cachesvc_client":
             if node.module in SHARED_CLIENT_MODULES:
                 out.add(node.module)
             else:

@@ -100,5 +100,6 @@ def test_no_test_file_imports_another_test_file_or_a_conftest(tmp_path):
         "tests.reliability.conftest", "tests.reliability.conftest.x", "tests.reliability.test_faults",
         "tests.reliability.test_faults.y", "tests.client.test_frames"}
     tests = ROOT / "tests"
-    found = {str(p.relative_to(ROOT)): sorted(_test_modules_imported(p, tests)) for p in sorted(tests.rglob("test_*.py"))}
+    found = {str(p.relative_to(ROOT)): sorted(_test_modules_imported(p, tests))
+             for p in sorted(tests.rglob("test_*.py"))}
     assert {p: names for p, names in found.items() if names} == {}

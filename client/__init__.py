@@ -18,7 +18,7 @@ lazily from the container.
 
 This module is the public face and imports nothing itself: each public name is
 imported from its module on first use (PEP 562 ``__getattr__``, as
-huggingface_hub's ``__init__`` does). So ``import cachesvc_client.keys`` (the
+huggingface_hub's ``__init__`` does). So ``import cachesvc_client.shared.keys`` (the
 rules the service shares, standard library only) costs the service and a bare
 init container no requests, filelock, tqdm or zstandard.
 """

@@ -22,7 +22,7 @@ Trust: these files are pickles and machine code, as are the snapshot's
 ``.so`` files. The loaders check integrity, kind, torch version, device and
 the APIs; they cannot make a file from an untrusted publisher safe. Give
 write tokens only to your own builds, and have a fleet that runs them require
-signatures (``CACHESVC_TRUSTED_KEYS``, ``cachesvc_client.signing``): ``fetch``
+signatures (``CACHESVC_TRUSTED_KEYS``, ``cachesvc_client.shared.signing``): ``fetch``
 refuses an unsigned or wrongly signed version before placing its file.
 """
 from __future__ import annotations
@@ -33,7 +33,8 @@ import shutil
 import tempfile
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from . import keys, publish as publish_mod, roots as roots_mod, signing
+from .shared import keys, signing
+from . import publish as publish_mod, roots as roots_mod
 from .errors import CacheClientError
 from .fingerprint import shape_signature
 from .report import PublishReport, RestoreReport

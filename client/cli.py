@@ -24,12 +24,13 @@ from typing import Callable, Dict, Optional
 import click
 from click.core import ParameterSource
 
-from . import __version__, cli_support, inventory, keyenv, keys
+from . import __version__, cli_support, inventory, keyenv
+from .shared import keys
 from .cli_support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
 from .client import REQUIRE_HIT_VAR, CacheClient, require_hit_from_env
 from .errors import CacheClientError
 from .fingerprint import environment
-from .keys import DEFAULT_KIND, KINDS
+from .shared.keys import DEFAULT_KIND, KINDS
 from .report import RestoreReport
 
 log = logging.getLogger("cachesvc_client")
@@ -242,7 +243,7 @@ def keygen(path, comment):
     import getpass
     import platform
 
-    from . import signing
+    from .shared import signing
 
     try:
         fp = signing.keygen(path, comment if comment is not None else f"{getpass.getuser()}@{platform.node()}")

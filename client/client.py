@@ -11,7 +11,8 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, signing, torch_fixes
+from . import artifacts, envfiles, keyenv, roots as roots_mod, torch_fixes
+from .shared import keys, signing
 from .check import CheckReport, check as _check
 from .errors import CacheClientError, HitRequired
 from .fingerprint import environment
@@ -72,7 +73,7 @@ class CacheClient:
             image), default ``$CACHESVC_ENV_FILE``; for processes without torch or a GPU
             (``cachesvc_client.keyenv``). Unset: this process reads its own (``environment()``).
         trusted_keys: a file of OpenSSH ssh-ed25519 public keys, default ``$CACHESVC_TRUSTED_KEYS``: restore
-            and check place only versions signed by one of them (``cachesvc_client.signing``; read at each
+            and check place only versions signed by one of them (``cachesvc_client.shared.signing``; read at each
             restore, so a rotated Secret takes effect). Unset: signatures are not required.
 
     Thread-safe; keep one per process.

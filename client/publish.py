@@ -17,7 +17,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, answers, driver_helpers, keys, packing, roots as roots_mod, signing
+from . import __version__, answers, driver_helpers, packing, roots as roots_mod
+from .shared import keys, signing
 from .encoding import encode, file_sha256
 from .errors import BlobsMissing, CacheClientError, InvalidRequest, ServiceUnavailable
 from .fingerprint import torch_dir

@@ -55,7 +55,7 @@ import os
 import threading
 from typing import Dict, Optional, Tuple
 
-from . import keys
+from .shared import keys
 from .errors import CacheClientError
 from .fingerprint import environment
 from .transport.api import check_url

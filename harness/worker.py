@@ -11,7 +11,7 @@ and TORCHINDUCTOR_CACHE_DIR, as a restarted container would have.
     python harness/worker.py --model mlp-b4 --name mlp --restore --fallback shape --verify  # another shape
     python harness/worker.py --model mlp --kind mega-cache --restore --publish
 
-``--kind`` picks what --restore and --publish move (cachesvc_client.keys.KINDS):
+``--kind`` picks what --restore and --publish move (cachesvc_client.shared.keys.KINDS):
 inductor-dir, the folder snapshot (default); mega-cache, restored with
 load_cache_artifacts before compiling and published with
 save_cache_artifacts; aot-function / pt2-package, a precompiled artifact:

@@ -1,4 +1,4 @@
-"""The rules the service and the client share have one home, ``cachesvc_client.rules``, and the two
+"""The rules the service and the client share have one home, ``cachesvc_client.shared.rules``, and the two
 sides' error tables agree: every code the service answers is in it with the status the service sends,
 and the client maps every one of them to an exception of the same kind."""
 from __future__ import annotations
@@ -15,7 +15,8 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, Unprocessable
 from cachesvc import errors as service_errors
 from cachesvc import schemas, storage
 from cachesvc.storage import decoding as service_decoding
-from cachesvc_client import answers, decoding as client_decoding, errors as client_errors, rules
+from cachesvc_client import answers, decoding as client_decoding, errors as client_errors
+from cachesvc_client.shared import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 

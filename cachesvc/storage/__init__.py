@@ -32,7 +32,7 @@ import tempfile
 from typing import BinaryIO, Dict, Iterator, Optional
 from urllib.parse import urlparse
 
-from cachesvc_client.rules import ENCODINGS  # the shared rule (the client decodes these)
+from cachesvc_client.shared.rules import ENCODINGS  # the shared rule (the client decodes these)
 
 _SUFFIX = {"identity": "", "zstd": ".zst"}
 

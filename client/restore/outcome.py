@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-from .. import keys
+from ..shared import keys
 from ..errors import CacheClientError, Forbidden, HitRequired, ServiceUnavailable, Unauthorized
 from ..report import RestoreReport
 

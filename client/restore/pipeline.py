@@ -21,7 +21,8 @@ import os
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from .. import roots as roots_mod, signing
+from .. import roots as roots_mod
+from ..shared import signing
 from ..report import RestoreReport
 from ..transport.api import ServiceAPI
 from ..transport.deadlines import Deadline

@@ -46,7 +46,7 @@ from typing import Dict, Optional, Sequence
 from .. import roots as roots_mod
 from ..fingerprint import torch_dir
 from ..report import RestoreReport
-from ..signing import Trust
+from ..shared.signing import Trust
 from ..transport.api import ServiceAPI
 from .pipeline import run
 from .place import STATE_DIR

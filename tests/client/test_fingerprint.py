@@ -36,7 +36,7 @@ def run_python(code: str, env=None, python: str = sys.executable) -> dict:
 
 
 def test_fields_match_the_key_rules():
-    from cachesvc_client import keys
+    from cachesvc_client.shared import keys
 
     assert FIELDS == keys.ENV_FIELDS
 

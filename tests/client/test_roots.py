@@ -142,7 +142,7 @@ def test_unknown_role(role):
 
 
 def test_roles_pass_the_key_rules():
-    from cachesvc_client import keys
+    from cachesvc_client.shared import keys
 
     for role in ROLES:
         assert keys.check_role(role) == role

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import select, update
 
 from cachesvc.models import Version, VersionFile
-from cachesvc_client import CacheClient, CacheClientError, HitRequired, artifacts, signing
+from cachesvc_client import CacheClient, CacheClientError, HitRequired, artifacts
+from cachesvc_client.shared import signing
 from tests.helpers import ENV
 
 NAME, SHAPE = "signed", "f32[4,4]"

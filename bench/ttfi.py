@@ -103,8 +103,8 @@ class RedisDB:
 
 
 def container_roots(ctr: Container) -> Dict[str, str]:
-    """The client's roots for a process in ``ctr`` (see cachesvc_client.roots), that exist."""
-    from cachesvc_client.roots import _username
+    """The client's roots for a process in ``ctr`` (see cachesvc_client.process.roots), that exist."""
+    from cachesvc_client.process.roots import _username
 
     default = ctr.tmp / f"torchinductor_{_username()}"
     roots = {"inductor": ctr.cache_dir, "pch": default / "precompiled_headers", "memo": default / "cache",

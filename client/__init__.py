@@ -41,15 +41,15 @@ _PUBLIC: Dict[str, str] = {
     "compile": "one_call",
     "PublishReport": "report",
     "RestoreReport": "report",
-    "apply_torch_fixes": "torch_fixes",
+    "apply_torch_fixes": "process.torch_fixes",
     "disable_remote_cache": "remote_cache",
     "enable_remote_cache": "remote_cache",
-    "environment": "fingerprint",
-    "load_env_file": "keyenv",
+    "environment": "process.fingerprint",
+    "load_env_file": "process.keyenv",
     "load_precompiled": "artifacts",
     "precompile_function": "artifacts",
     "precompile_package": "artifacts",
-    "shape_signature": "fingerprint",
+    "shape_signature": "process.fingerprint",
 }
 #: names whose attribute in their module is another (``apply_torch_fixes`` is ``torch_fixes.apply``)
 _RENAMED = {"apply_torch_fixes": "apply"}
@@ -83,8 +83,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never run
     from .client import CacheClient
     from .one_call import CompiledModel, compile  # noqa: A004
     from .errors import CacheClientError, HitRequired
-    from .fingerprint import environment, shape_signature
-    from .keyenv import load_env_file
+    from .process.fingerprint import environment, shape_signature
+    from .process.keyenv import load_env_file
     from .remote_cache import disable_remote_cache, enable_remote_cache
     from .report import PublishReport, RestoreReport
-    from .torch_fixes import apply as apply_torch_fixes
+    from .process.torch_fixes import apply as apply_torch_fixes

@@ -34,9 +34,10 @@ import tempfile
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .shared import keys, signing
-from . import publish as publish_mod, roots as roots_mod
+from . import publish as publish_mod
+from .process import roots as roots_mod
 from .errors import CacheClientError
-from .fingerprint import shape_signature
+from .process.fingerprint import shape_signature
 from .report import PublishReport, RestoreReport
 from .restore import pipeline
 from .restore.place import STATE_DIR

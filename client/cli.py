@@ -24,12 +24,13 @@ from typing import Callable, Dict, Optional
 import click
 from click.core import ParameterSource
 
-from . import __version__, cli_support, inventory, keyenv
+from . import __version__, cli_support, inventory
+from .process import keyenv
 from .shared import keys
 from .cli_support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
 from .client import REQUIRE_HIT_VAR, CacheClient, require_hit_from_env
 from .errors import CacheClientError
-from .fingerprint import environment
+from .process.fingerprint import environment
 from .shared.keys import DEFAULT_KIND, KINDS
 from .report import RestoreReport
 

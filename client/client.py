@@ -11,11 +11,12 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import artifacts, envfiles, keyenv, roots as roots_mod, torch_fixes
+from . import artifacts
+from .process import envfiles, keyenv, roots as roots_mod, torch_fixes
 from .shared import keys, signing
 from .check import CheckReport, check as _check
 from .errors import CacheClientError, HitRequired
-from .fingerprint import environment
+from .process.fingerprint import environment
 from .publish import admit, keying_warnings, own_roots, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore.snapshot import restore as _restore
@@ -71,7 +72,7 @@ class CacheClient:
             and what they would have brought is left out (a miss if nothing was restored).
         env_file: the key's environment from this file (``cachesvc-client env --json`` in the app
             image), default ``$CACHESVC_ENV_FILE``; for processes without torch or a GPU
-            (``cachesvc_client.keyenv``). Unset: this process reads its own (``environment()``).
+            (``cachesvc_client.process.keyenv``). Unset: this process reads its own (``environment()``).
         trusted_keys: a file of OpenSSH ssh-ed25519 public keys, default ``$CACHESVC_TRUSTED_KEYS``: restore
             and check place only versions signed by one of them (``cachesvc_client.shared.signing``; read at each
             restore, so a rotated Secret takes effect). Unset: signatures are not required.
@@ -145,7 +146,7 @@ class CacheClient:
         keys.check_kind(kind)
         if load and kind != "mega-cache":
             raise ValueError(f"load=True loads a mega-cache; load a {kind} with cachesvc_client.load_precompiled")
-        torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/torch_fixes.py
+        torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/process/torch_fixes.py
         started = time.monotonic()
         require = require_hit_from_env() if require_hit is None else require_hit
         try:

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from . import roots as roots_mod
+from .process import roots as roots_mod
 from .transport.api import ServiceAPI
 from .restore.place import load_stamp, stamp_file
 from .shared.units import format_size

@@ -3,7 +3,7 @@
 The service answers with the blobs it does not have; only those move, each
 compressed with zstd when that saves at least 10% (a presigned target takes one length, so a zstd body's
 is asked for once it is compressed: ``Uploads.target``). When the service offers
-``packing``, the small ones travel in packs (``cachesvc_client.packing``). Nothing becomes visible
+``packing``, the small ones travel in packs (``cachesvc_client.codec.packing``). Nothing becomes visible
 until ``commit``, which the service accepts only when every blob is stored.
 """
 from __future__ import annotations
@@ -17,11 +17,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, answers, driver_helpers, packing, roots as roots_mod
+from . import __version__, answers
+from .process import driver_helpers, roots as roots_mod
+from .codec import packing
 from .shared import keys, signing
-from .encoding import encode, file_sha256
+from .codec.encoding import encode, file_sha256
 from .errors import BlobsMissing, CacheClientError, InvalidRequest, ServiceUnavailable
-from .fingerprint import torch_dir
+from .process.fingerprint import torch_dir
 from .transport import blobs
 from .transport.api import ServiceAPI
 from .progress import Progress

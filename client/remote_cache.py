@@ -57,7 +57,7 @@ from typing import Dict, Optional, Tuple
 
 from .shared import keys
 from .errors import CacheClientError
-from .fingerprint import environment
+from .process.fingerprint import environment
 from .transport.api import check_url
 from .transport.remote import MAX_VALUE, SESSION_POOL, BackendStats, HTTPBackend  # noqa: F401 - public here too
 from .transport.session import new_session

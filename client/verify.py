@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 from filelock import FileLock, Timeout
 
-from . import roots as roots_mod
+from .process import roots as roots_mod
 from .report import RestoreReport
 from .restore.place import load_stamp, stamp_file
 

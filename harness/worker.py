@@ -196,7 +196,7 @@ def main() -> None:
     from cachesvc_client import apply_torch_fixes
     from cachesvc_client.artifacts import FILENAMES
 
-    out["torch_fixes"] = apply_torch_fixes()  # every run, the floor too: client/torch_fixes.py
+    out["torch_fixes"] = apply_torch_fixes()  # every run, the floor too: client/process/torch_fixes.py
     artifact = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"worker-{os.getpid()}-{FILENAMES.get(args.kind)}")
     remote = None
     if args.remote_cache:

@@ -21,7 +21,7 @@ from . import verify as verify_mod
 from .binding import Binding
 from .runner import Runner
 from ..errors import CacheClientError, HitRequired
-from ..fingerprint import shape_signature
+from ..process.fingerprint import shape_signature
 
 log = logging.getLogger("cachesvc_client")
 #: how long a call that goes to torch.compile on a hit waits for the background snapshot restore

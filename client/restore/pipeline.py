@@ -21,7 +21,7 @@ import os
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from .. import roots as roots_mod
+from ..process import roots as roots_mod
 from ..shared import signing
 from ..report import RestoreReport
 from ..transport.api import ServiceAPI

@@ -193,12 +193,12 @@ def test_publishing_an_empty_cache_dir_is_refused_whatever_neighbours_left_in_th
                                                                                                    tmp_path):
     """Issue 27 item 3: other processes' precompiled headers under the host's default temp dir are not this
     compile's; a publish of an empty cache dir is refused (exit 1, one line) and commits nothing."""
-    from cachesvc_client import roots
+    from cachesvc_client.process import roots
 
     env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": live_server.url,
            "CACHESVC_TOKEN": live_server.app.config["TOKENS"]["write"]}
     (tmp_path / "ctr" / "cache").mkdir()
-    pch = subprocess.run([sys.executable, "-c", "from cachesvc_client import roots; print(roots.resolve_root('pch'))"],
+    pch = subprocess.run([sys.executable, "-c", "from cachesvc_client.process import roots; print(roots.resolve_root('pch'))"],
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert pch.startswith(env["TMPDIR"]) and "pch" in roots.SHARED_ROLES
     os.makedirs(pch)
@@ -212,7 +212,7 @@ def test_publishing_an_empty_cache_dir_is_refused_whatever_neighbours_left_in_th
         "Authorization": f"Bearer {live_server.app.config['TOKENS']['read']}"}).json["total"] == 0
 
 
-NEIGHBOUR = "import os, sys\nfrom cachesvc_client import roots\nfor role in ('pch', 'memo', 'triton'):\n" \
+NEIGHBOUR = "import os, sys\nfrom cachesvc_client.process import roots\nfor role in ('pch', 'memo', 'triton'):\n" \
             "    os.makedirs(roots.resolve_root(role), exist_ok=True)\n" \
             "    with open(os.path.join(roots.resolve_root(role), 'neighbour-' + role + '.h.gch'), 'wb') as f:\n" \
             "        f.write(os.urandom(40_000))\nprint(roots.default_cache_dir())\n"

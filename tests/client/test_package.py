@@ -33,7 +33,7 @@ def test_the_public_names_are_importable_from_the_package_and_import_their_modul
     assert "cachesvc_client.client" in loaded and "requests" in loaded
     for name in cachesvc_client.__all__:
         assert getattr(cachesvc_client, name) is not None, name
-    assert cachesvc_client.apply_torch_fixes is cachesvc_client.torch_fixes.apply
+    assert cachesvc_client.apply_torch_fixes is cachesvc_client.process.torch_fixes.apply
     assert set(cachesvc_client.__all__) <= set(dir(cachesvc_client))
 
 

@@ -377,7 +377,7 @@ def test_ranks_restoring_into_one_cache_dir_at_once_write_each_file_once(publish
 @pytestmark_storage
 def test_start_restore_finds_what_the_torch_fingerprint_published(live_server, tmp_path, monkeypatch):
     """The background restore keys by envfiles (no torch); the publisher by the torch fingerprint."""
-    from cachesvc_client import fingerprint
+    from cachesvc_client.process import fingerprint
 
     for name in list(os.environ):
         if name.startswith("CACHESVC_ENV_"):

@@ -227,7 +227,7 @@ def test_with_trusted_keys_a_large_blob_is_checked_by_its_signed_digest_not_the_
 
     from cachesvc.models import Blob
     from cachesvc.storage import blob_key
-    from cachesvc_client import frames
+    from cachesvc_client.codec import frames
     from tests.client.test_frames import blob_bytes
 
     ci = keygen(tmp_path, "ci")

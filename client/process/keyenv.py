@@ -26,7 +26,7 @@ import stat
 import sys
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from .shared import keys
+from ..shared import keys
 from .fingerprint import OVERRIDE_PREFIX, environment
 
 #: names the env file when neither ``--env-file`` nor ``env_file=`` does

@@ -55,7 +55,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .shared.keys import InvalidKey, check_role
+from ..shared.keys import InvalidKey, check_role
 
 #: Every role this client knows, in publish order.
 ROLES: Tuple[str, ...] = ("inductor", "pch", "memo", "triton", "nv", "vllm", "vllm_aot")

@@ -21,7 +21,7 @@ from .publish import admit, keying_warnings, own_roots, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore.snapshot import restore as _restore
 from .transport import CONNECT_TIMEOUT, ServiceAPI
-from .verify import REPORTED, Verdict, judge, record_verdict, stamped_report
+from .verdicts import REPORTED, Verdict, judge, record_verdict, stamped_report
 
 log = logging.getLogger("cachesvc_client")
 #: marks the log record of a report's summary: `cachesvc-client` prints the summary itself, on stdout, and drops it
@@ -233,7 +233,7 @@ class CacheClient:
         """After the process compiled: did the restore (default: this client's last, else the last one into
         the cache dir, as an init container's) pay off?
 
-        Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verify``),
+        Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verdicts``),
         logs the verdict and, with ``send``, reports ``paid_off``/``partial``/``no_hits`` to the
         service, which marks versions whose restores get no hits as problems. ``first_call_seconds``
         (default: the compile time torch recorded in this process, i.e. what the restored compile

@@ -20,7 +20,7 @@ from typing import Optional
 
 import click
 
-from cachesvc_client.cli_support import Size  # the client's size flag type: 500G, 1.5TB, 10GiB, 2048
+from cachesvc_client.cli.support import Size  # the client's size flag type: 500G, 1.5TB, 10GiB, 2048
 
 from .. import __version__, config
 from . import render

@@ -19,7 +19,7 @@ import pytest
 
 from cachesvc_client import __version__
 from cachesvc_client.report import RestoreReport
-from cachesvc_client.verify import judge, record_verdict
+from cachesvc_client.verdicts import judge, record_verdict
 from harness.containers import inherited_env
 from tests.client.test_artifacts import one_backend
 from tests.helpers import ENV, foreign_web_server, key, publish
@@ -369,7 +369,7 @@ def test_ls_and_stats_show_the_services_keys_versions_and_totals(live_server, cl
 
 @pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 def test_ls_pages_through_every_entry(live_server, client, tokens):
-    from cachesvc_client import inventory
+    from cachesvc_client.cli import inventory
     from cachesvc_client.transport import ServiceAPI
 
     for i in range(7):

@@ -1,4 +1,4 @@
-"""``client.verify()``: after the process compiled, did the restore pay off?
+"""The verdicts of `client.verify()`: after the process compiled, did the restore pay off?
 
 Reads what this process itself recorded, not what the service promised:
 

@@ -1,6 +1,6 @@
 """What both command lines share, `cachesvc-client` and `cachesvc`: help, errors, checked values.
 
-    from cachesvc_client.cli_support import CONTEXT_SETTINGS, Size, rule, run
+    from cachesvc_client.cli.support import CONTEXT_SETTINGS, Size, rule, run
 
     @click.group(context_settings=CONTEXT_SETTINGS)              # -h as well as --help
     @click.version_option(__version__, "--version", prog_name="cachesvc")
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
-from .shared import units
+from ..shared import units
 
 #: -h as well as --help, and help text that uses a wide terminal
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}

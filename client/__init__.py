@@ -46,9 +46,9 @@ _PUBLIC: Dict[str, str] = {
     "enable_remote_cache": "remote_cache",
     "environment": "process.fingerprint",
     "load_env_file": "process.keyenv",
-    "load_precompiled": "artifacts",
-    "precompile_function": "artifacts",
-    "precompile_package": "artifacts",
+    "load_precompiled": "onefile",
+    "precompile_function": "onefile",
+    "precompile_package": "onefile",
     "shape_signature": "process.fingerprint",
 }
 #: names whose attribute in their module is another (``apply_torch_fixes`` is ``torch_fixes.apply``)
@@ -79,7 +79,7 @@ def __dir__() -> List[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
-    from .artifacts import load_precompiled, precompile_function, precompile_package
+    from .onefile import load_precompiled, precompile_function, precompile_package
     from .client import CacheClient
     from .one_call import CompiledModel, compile  # noqa: A004
     from .errors import CacheClientError, HitRequired

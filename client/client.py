@@ -11,14 +11,16 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import artifacts
+from . import onefile
 from .process import envfiles, keyenv, roots as roots_mod, torch_fixes
 from .shared import keys, signing
 from .check import CheckReport, check as _check
 from .errors import CacheClientError, HitRequired
 from .process.fingerprint import environment
-from .publish import admit, keying_warnings, own_roots, publish as _publish
+from .publish.onefile import publish_file
+from .publish.snapshot import admit, keying_warnings, own_roots, publish as _publish
 from .report import PublishReport, RestoreReport
+from .restore.onefile import fetch as _fetch
 from .restore.snapshot import restore as _restore
 from .transport import CONNECT_TIMEOUT, ServiceAPI
 from .verdicts import REPORTED, Verdict, judge, record_verdict, stamped_report
@@ -201,12 +203,11 @@ class CacheClient:
                               stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
                               fallback_max_bytes=fallback_max_bytes, trust=trust, extra_roots=extra)
         else:
-            report = artifacts.fetch(self.api, key, kind, cache_dir=self.cache_dir, workers=self.workers,
-                                     timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget,
-                                     trust=trust)
+            report = _fetch(self.api, key, kind, cache_dir=self.cache_dir, workers=self.workers,
+                            timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget, trust=trust)
         if load and report.hit:
             self._use_cache_dir()
-            report.loaded = artifacts.load_mega_cache(report.artifacts[0])
+            report.loaded = onefile.load_mega_cache(report.artifacts[0])
         return report
 
     def check(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
@@ -246,14 +247,21 @@ class CacheClient:
         if send and verdict.verdict in REPORTED:
             try:
                 spent = first_call_seconds if first_call_seconds is not None else torch_compile_seconds()
-                self.api.verdict({"versions": verdict.versions, "verdict": verdict.verdict,
-                                  "fallback": verdict.fallback,
-                                  **({"first_call_seconds": spent} if spent is not None else {})})
+                self.report_verdict(verdict.versions, verdict.verdict, fallback=verdict.fallback,
+                                    first_call_seconds=spent)
                 verdict.reported = True
             except CacheClientError as exc:
                 log.warning("cachesvc verify: could not report the verdict: %s", exc.message)
         record_verdict(self.cache_dir, verdict)  # for `cachesvc-client status`
         return verdict
+
+    def report_verdict(self, versions: Sequence[int], verdict: str, *, fallback: str = "",
+                       first_call_seconds: Optional[float] = None) -> None:
+        """Tell the service how restores of ``versions`` paid off (``paid_off``, ``partial`` or ``no_hits``), as
+        ``verify()`` does; ``first_call_seconds``: what the first call still cost here. The one call reports
+        a package's hit through it. Raises CacheClientError when the service cannot take it."""
+        self.api.verdict({"versions": list(versions), "verdict": verdict, "fallback": fallback,
+                          **({"first_call_seconds": first_call_seconds} if first_call_seconds is not None else {})})
 
     def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                       strict: bool = False, require_hit: Optional[bool] = None) -> "Future[RestoreReport]":
@@ -299,7 +307,7 @@ class CacheClient:
         ``$CACHESVC_MIN_COMPILE_SECONDS``, else 0) nothing is sent (status ``skipped``,
         ``admitted=False``); content the service holds under another key is linked (status
         ``linked``), not uploaded. ``merge`` unions with the key's newest version (see
-        ``cachesvc_client.publish.publish``). ``meta`` adds to the version's metadata (string values up to
+        ``cachesvc_client.publish.snapshot.publish``). ``meta`` adds to the version's metadata (string values up to
         1,000 characters; a restore's ``report.meta``).
         Raises CacheClientError subclasses on failure; nothing is half-published.
         """
@@ -332,34 +340,35 @@ class CacheClient:
         CacheClientError when there is nothing to save or the publish fails.
         """
         key = self.key(name, shape, tags, env)
-        data, counts = artifacts.save_mega_cache()
-        meta = dict(artifacts.artifact_meta("mega-cache"),
+        data, counts = onefile.save_mega_cache()
+        meta = dict(onefile.artifact_meta("mega-cache"),
                     contents=",".join(f"{t}={n}" for t, n in sorted(counts.items())))
         with tempfile.TemporaryDirectory(prefix="cachesvc-mega-") as tmp:
-            path = os.path.join(tmp, artifacts.FILENAMES["mega-cache"])
+            path = os.path.join(tmp, onefile.FILENAMES["mega-cache"])
             with open(path, "wb") as f:
                 f.write(data)
-            report = artifacts.publish_file(self.api, key, "mega-cache", path=path, meta=meta,
-                                            workers=min(self.workers, 8),
-                                            compile_seconds=_compile_seconds(compile_seconds))
+            report = publish_file(self.api, key, "mega-cache", path=path, meta=meta, workers=min(self.workers, 8),
+                                  compile_seconds=_compile_seconds(compile_seconds))
         return _published(report)
 
     def publish_precompiled(self, name: str, shape: str, path: str, kind: str,
                             tags: Optional[Mapping[str, str]] = None, *, example_inputs: Sequence[Any] = (),
                             device: str = "", compile_seconds: Optional[float] = None,
-                            env: Optional[Mapping[str, str]] = None) -> PublishReport:
+                            env: Optional[Mapping[str, str]] = None,
+                            meta: Optional[Mapping[str, str]] = None) -> PublishReport:
         """Publish a precompiled artifact file (``kind`` aot-function or pt2-package) with its metadata.
 
         Make the file with ``cachesvc_client.precompile_function`` / ``precompile_package`` (or torch's
         own APIs). ``example_inputs`` (stored as their ``shape_signature``) and ``device`` describe what
         it was compiled for; they go into the version's metadata with the torch version, which
-        ``load_precompiled`` checks with the device (torch's own guards check the inputs).
+        ``load_precompiled`` checks with the device (torch's own guards check the inputs). ``meta`` adds to
+        that metadata (string values up to 1,000 characters; a restore's ``report.meta``), as for ``publish``.
         """
-        if kind not in artifacts.PRECOMPILED:
-            raise ValueError(f"kind must be one of {', '.join(artifacts.PRECOMPILED)}, got {kind!r}")
+        if kind not in onefile.PRECOMPILED:
+            raise ValueError(f"kind must be one of {', '.join(onefile.PRECOMPILED)}, got {kind!r}")
         key = self.key(name, shape, tags, env)
-        meta = artifacts.artifact_meta(kind, example_inputs, device)
-        report = artifacts.publish_file(self.api, key, kind, path=path, meta=meta, workers=min(self.workers, 8),
-                                        compile_seconds=_compile_seconds(compile_seconds))
+        made = dict(onefile.artifact_meta(kind, example_inputs, device), **(meta or {}))
+        report = publish_file(self.api, key, kind, path=path, meta=made, workers=min(self.workers, 8),
+                              compile_seconds=_compile_seconds(compile_seconds))
         log.info("%s", report.summary(), extra=SUMMARY)
         return report

@@ -194,7 +194,7 @@ def main() -> None:
         out["restore"] = _hook(args.restore_hook)() or {}
         out["restore_s"] = time.perf_counter() - t
     from cachesvc_client import apply_torch_fixes
-    from cachesvc_client.artifacts import FILENAMES
+    from cachesvc_client.onefile import FILENAMES
 
     out["torch_fixes"] = apply_torch_fixes()  # every run, the floor too: client/process/torch_fixes.py
     artifact = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"worker-{os.getpid()}-{FILENAMES.get(args.kind)}")

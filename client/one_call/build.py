@@ -14,7 +14,7 @@ import time
 from typing import Dict, Optional, Sequence
 
 from . import cxx as cxx_mod
-from ..artifacts import LoadFailed
+from ..errors import LoadFailed
 
 
 #: Inductor's own timers (torch._dynamo.utils.compilation_time_metrics) that say where a build's

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from cachesvc_client.one_call import build as package_build, cxx as aoti_cxx, export, support
-from cachesvc_client.artifacts import LoadFailed
+from cachesvc_client.errors import LoadFailed
 
 torch = pytest.importorskip("torch")
 

@@ -405,7 +405,7 @@ def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
     A stand-in config module: importing torch here would change what later tests of this process see."""
     import types
 
-    from cachesvc_client.publish import keying_warnings
+    from cachesvc_client.publish.snapshot import keying_warnings
 
     monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
     config = types.SimpleNamespace(enable_remote_autograd_cache=True)

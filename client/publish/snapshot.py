@@ -17,17 +17,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, answers
-from .process import driver_helpers, roots as roots_mod
-from .codec import packing
-from .shared import keys, signing
-from .codec.encoding import encode, file_sha256
-from .errors import BlobsMissing, CacheClientError, InvalidRequest, ServiceUnavailable
-from .process.fingerprint import torch_dir
-from .transport import blobs
-from .transport.api import ServiceAPI
-from .progress import Progress
-from .report import PublishReport
+from .. import __version__, answers
+from ..process import driver_helpers, roots as roots_mod
+from ..codec import packing
+from ..shared import keys, signing
+from ..codec.encoding import encode, file_sha256
+from ..errors import BlobsMissing, CacheClientError, InvalidRequest, ServiceUnavailable
+from ..process.fingerprint import torch_dir
+from ..transport import blobs
+from ..transport.api import ServiceAPI
+from ..progress import Progress
+from ..report import PublishReport
 
 log = logging.getLogger("cachesvc_client")
 

@@ -11,7 +11,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import onefile
+from . import onefile, settings
 from .process import envfiles, keyenv, roots as roots_mod, torch_fixes
 from .shared import keys, signing
 from .check import CheckReport, check as _check
@@ -86,14 +86,15 @@ class CacheClient:
                  *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16,
                  budget: Optional[float] = 300.0, env_file: Optional[str] = None,
                  connect_timeout: float = CONNECT_TIMEOUT, trusted_keys: Optional[str] = None):
-        self.url = url or os.environ.get("CACHESVC_URL", "")
-        self.token = token or os.environ.get("CACHESVC_TOKEN") or None
-        self._cache_dir_given = cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        given = settings.current()  # the environment as it is now: a later change is read by the next client
+        self.url = url or given.url
+        self.token = token or given.token
+        self._cache_dir_given = cache_dir or given.tool("TORCHINDUCTOR_CACHE_DIR")
         self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
         self.timeout, self.stall_timeout, self.workers, self.budget = timeout, stall_timeout, workers, budget
-        self.env_file = env_file or keyenv.env_file_from_environ()
+        self.env_file = env_file or given.env_file
         self.connect_timeout = connect_timeout
-        self.trusted_keys = trusted_keys or os.environ.get(signing.TRUSTED_KEYS_VAR) or None
+        self.trusted_keys = trusted_keys or given.trusted_keys
         self._api: Optional[ServiceAPI] = None
         self.last_restore: Optional[RestoreReport] = None
         self._said_nearest: Optional[tuple] = None  # the miss whose nearest entries the log named last
@@ -315,7 +316,7 @@ class CacheClient:
         if compile_seconds is None:
             compile_seconds = torch_compile_seconds()
         if min_compile_seconds is None:
-            min_compile_seconds = float(os.environ.get("CACHESVC_MIN_COMPILE_SECONDS") or 0)
+            min_compile_seconds = float(settings.current().min_compile_seconds or 0)
         why = admit(compile_seconds, min_compile_seconds)
         if why:
             report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)

@@ -21,7 +21,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from . import build, ends, export, proof, support, verify
-from .. import onefile
+from .. import onefile, settings
+from ..settings import PUBLISH_AT_EXIT_VAR as AT_EXIT_VAR
 from ..errors import CacheClientError
 
 log = logging.getLogger("cachesvc_client")
@@ -170,16 +171,16 @@ class Publisher:
 
 
 #: how long an exiting process waits for its publish (a package build is tens of seconds on a CPU)
-AT_EXIT_VAR = "CACHESVC_PUBLISH_AT_EXIT_S"
 AT_EXIT_S = 300.0
 
 
 def _at_exit_seconds() -> float:
+    given = settings.current().publish_at_exit
     try:
-        return max(0.0, float(os.environ.get(AT_EXIT_VAR, AT_EXIT_S)))
+        return max(0.0, float(given if given is not None else AT_EXIT_S))
     except ValueError:
         log.warning("cachesvc compile: %s=%r is not a number of seconds; using %.0f",
-                    AT_EXIT_VAR, os.environ.get(AT_EXIT_VAR), AT_EXIT_S)
+                    AT_EXIT_VAR, given, AT_EXIT_S)
         return AT_EXIT_S
 
 

@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from .. import __version__, answers
+from .. import __version__, answers, settings
 from ..process import driver_helpers, roots as roots_mod
 from ..codec import packing
 from ..shared import keys, signing
@@ -262,8 +262,9 @@ class Uploads:
 def sign(body: dict) -> None:
     """Sign the publish ``body`` with ``$CACHESVC_SIGNING_KEY`` (unset: leave it unsigned), and turn its merge
     off: the signature covers exactly its own files. A key that cannot be read raises CacheClientError."""
+    path = settings.current().signing_key  # read where the key is used: the client's settings, not shared/
     try:
-        signer = signing.Signer.from_env()
+        signer = signing.Signer.from_file(path) if path else None
     except signing.SigningError as exc:
         raise CacheClientError(str(exc), code="signing_key") from None
     if signer is not None:

@@ -31,6 +31,7 @@ import os
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .errors import CacheClientError, LoadFailed, Unsupported
+from .process.cxx import inductor_options, self_contained_compiler
 from .process.fingerprint import shape_signature
 from .process.torch_support import require
 from .report import RestoreReport
@@ -102,15 +103,12 @@ def precompile_package(model: Any, example_inputs: Sequence[Any], path: str) -> 
     """torch.export ``model`` for ``example_inputs`` and build an AOTInductor package at ``path`` (weights inside).
 
     ``path`` must end in ``.pt2`` (AOTInductor's rule). Returns the path. The wrapper is linked with its
-    own C++ runtime where the compiler can (one_call/cxx.py says why: otherwise a compiler newer than the
+    own C++ runtime where the compiler can (process/cxx.py says why: otherwise a compiler newer than the
     loading process's libstdc++ makes the loader crash); elsewhere it is built as Inductor builds it.
     """
     require("pt2-package")
     import torch
     import torch._inductor.config as inductor_config
-
-    # here, not at the top: the one call (its publisher) imports this module as it starts
-    from .one_call.cxx import inductor_options, self_contained_compiler
 
     exported = torch.export.export(model, tuple(example_inputs))
     with self_contained_compiler() as (cxx, why_not):

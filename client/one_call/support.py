@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from . import cxx
+from ..process import cxx
 from .spec import tensor_inputs
 from ..client import REQUIRE_HIT_VAR, require_hit_from_env  # noqa: F401 - the variable is named in compiled.py errors
 from .. import settings

@@ -1,5 +1,5 @@
-"""This process and its host: what a key's environment is, where the compile caches live, and what
-torch needs patched here.
+"""This process and its host: what a key's environment is, where the compile caches live, what torch
+needs patched here, and the compiler a package is built with.
 
     fingerprint     the environment fingerprint (torch, triton, CUDA, Python, device) and ``shape_signature``
     envfiles        the same fingerprint read from files, without importing torch (a restore started early)
@@ -9,6 +9,7 @@ torch needs patched here.
     driver_helpers  Triton's driver helper module, published beside the caches
     torch_fixes     workarounds for torch releases whose warm caches still re-tune kernels
     torch_support   what this process's torch can make and load (the one-file kinds' probes)
+    cxx             the compiler a package's wrapper is built with: Inductor's own, its C++ runtime linked in
 
 The room is named ``process``, not ``environment``: ``cachesvc_client.environment`` is the public
 function (a submodule of that name would replace it as the package's attribute on import). The door is

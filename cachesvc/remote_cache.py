@@ -44,7 +44,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from . import content
 from . import lifecycle

@@ -35,7 +35,7 @@ def test_settings_page_is_what_the_script_generates_from_config():
 def test_client_settings_table_names_every_variable_the_client_reads():
     """Hand-kept (the client's variables are read where they are used), so checked against the source:
     every CACHESVC_* name in client/ (CACHESVC_ENV_<field> as one row) and TORCHINDUCTOR_CACHE_DIR."""
-    from cachesvc_client.keys import ENV_FIELDS
+    from cachesvc_client.shared.keys import ENV_FIELDS
 
     page = (ROOT / "docs" / "settings.md").read_text()
     client_part = page[page.index("## Client side"):]

@@ -12,7 +12,7 @@ import flask_smorest
 from flask import current_app, request
 from webargs.flaskparser import FlaskParser
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 from ..config import Settings

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flask import Response, request
 
-from cachesvc_client.keys import ENV_FIELDS, REMOTE_CACHES
+from cachesvc_client.shared.keys import ENV_FIELDS, REMOTE_CACHES
 
 from .. import content, metrics, remote_cache
 from ..auth import requires

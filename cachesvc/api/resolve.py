@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from cachesvc_client.keys import ENV_FIELDS
+from cachesvc_client.shared.keys import ENV_FIELDS
 
 from .. import index, metrics
 from .. import resolve as resolving

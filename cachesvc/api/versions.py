@@ -1,7 +1,7 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from .. import auth, content, index, lifecycle, metrics, publish
 from ..auth import requires

@@ -10,7 +10,7 @@ from itertools import groupby
 
 from flask import Blueprint, render_template, request
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from . import charts
 from .. import readmodel

@@ -20,7 +20,7 @@ from typing import Optional
 
 import click
 
-from cachesvc_client import units  # a shared rule: sizes read as the client's flags read them
+from cachesvc_client.shared import units  # a shared rule: sizes read as the client's flags read them
 
 from .. import __version__, config
 from . import render

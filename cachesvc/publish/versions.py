@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from . import admission, merging
 from .. import content

@@ -23,7 +23,7 @@ from typing import Dict, List
 from sqlalchemy import distinct, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from .. import index
 from ..models import Blob, Entry, Version, VersionFile

@@ -30,7 +30,7 @@ from typing import List, Optional, Sequence
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session, contains_eager
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from . import explain, hits
 from .. import index

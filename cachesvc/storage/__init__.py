@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Dict, Optional
 from urllib.parse import urlparse
 
-from cachesvc_client.rules import ENCODINGS  # the shared rule (the client decodes these)
+from cachesvc_client.shared.rules import ENCODINGS  # the shared rule (the client decodes these)
 
 from .types import BlobNotFound, ShortObject, Storage, StorageError
 

@@ -29,7 +29,8 @@ import pytest
 import zstandard
 
 from cachesvc.storage import blob_key, pack_key
-from cachesvc_client import CacheClient, decoding, frames
+from cachesvc_client import CacheClient
+from cachesvc_client.codec import decoding, frames
 from cachesvc_client.errors import IntegrityError
 from tests.helpers.client import blob_bytes
 from tests.helpers import ENV, sha

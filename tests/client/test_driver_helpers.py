@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cachesvc_client import driver_helpers, roots as roots_mod
+from cachesvc_client.process import driver_helpers, roots as roots_mod
 from tests.helpers.client import NAME, SHAPE, client_for, enter_container, fill
 from tests.helpers import ENV, sha
 

@@ -9,8 +9,8 @@ import pytest
 import zstandard
 
 from cachesvc.storage.decoding import BadBlob, decode_all
-from cachesvc_client import frames
-from cachesvc_client.encoding import encode
+from cachesvc_client.codec import frames
+from cachesvc_client.codec.encoding import encode
 from tests.helpers.client import blob_bytes
 
 

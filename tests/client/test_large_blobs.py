@@ -13,7 +13,8 @@ import requests
 import zstandard
 
 from cachesvc.storage import blob_key
-from cachesvc_client import CacheClient, frames
+from cachesvc_client import CacheClient
+from cachesvc_client.codec import frames
 from tests.helpers.client import blob_bytes, enter_container, write
 from tests.helpers import ENV, sha, zstd_target
 

@@ -320,7 +320,7 @@ def test_ranks_restoring_into_one_cache_dir_at_once_write_each_file_once(publish
 @pytestmark_storage
 def test_start_restore_finds_what_the_torch_fingerprint_published(live_server, tmp_path, monkeypatch):
     """The background restore keys by envfiles (no torch); the publisher by the torch fingerprint."""
-    from cachesvc_client import fingerprint
+    from cachesvc_client.process import fingerprint
 
     for name in list(os.environ):
         if name.startswith("CACHESVC_ENV_"):
@@ -348,7 +348,7 @@ def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
     A stand-in config module: importing torch here would change what later tests of this process see."""
     import types
 
-    from cachesvc_client.publish import keying_warnings
+    from cachesvc_client.publish.snapshot import keying_warnings
 
     monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
     config = types.SimpleNamespace(enable_remote_autograd_cache=True)

@@ -13,7 +13,8 @@ import socket
 import pytest
 
 import cachesvc_client
-from cachesvc_client import keys, remote_cache
+from cachesvc_client.shared import keys
+from cachesvc_client import remote_cache
 from tests.helpers import ENV, set_settings
 from tests.helpers.remote_cache import _undo_hook, database_url  # noqa: F401 - fixtures: sqlite, unhook
 

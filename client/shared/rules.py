@@ -1,7 +1,7 @@
 """The wire rules the service and the client share, defined here only (standard library only).
 
-The service imports them from ``cachesvc_client.rules``, as it imports the key and path rules from
-``cachesvc_client.keys``, so the two sides cannot drift apart:
+The service imports them from ``cachesvc_client.shared.rules``, as it imports the key and path rules from
+``cachesvc_client.shared.keys``, so the two sides cannot drift apart:
 
     ENCODINGS    how a blob is stored and sent: the service stores and accepts these, the client
                  decodes these and calls any other answer malformed

@@ -1,4 +1,4 @@
-"""``client.verify()``: after the process compiled, did the restore pay off?
+"""The verdicts of `client.verify()`: after the process compiled, did the restore pay off?
 
 Reads what this process itself recorded, not what the service promised:
 
@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 from filelock import FileLock, Timeout
 
-from . import roots as roots_mod
+from .process import roots as roots_mod
 from .report import RestoreReport
 from .restore.place import load_stamp, stamp_file
 

@@ -3,7 +3,7 @@
 The service answers with the blobs it does not have; only those move, each
 compressed with zstd when that saves at least 10% (a presigned target takes one length, so a zstd body's
 is asked for once it is compressed: ``Uploads.target``). When the service offers
-``packing``, the small ones travel in packs (``cachesvc_client.packing``). Nothing becomes visible
+``packing``, the small ones travel in packs (``cachesvc_client.codec.packing``). Nothing becomes visible
 until ``commit``, which the service accepts only when every blob is stored.
 """
 from __future__ import annotations
@@ -17,14 +17,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
-from . import __version__, answers, driver_helpers, keys, packing, roots as roots_mod, signing
-from .encoding import encode, file_sha256
-from .errors import BlobsMissing, CacheClientError, InvalidRequest, ServiceUnavailable
-from .fingerprint import torch_dir
-from .transport import blobs
-from .transport.api import ServiceAPI
-from .progress import Progress
-from .report import PublishReport
+from .. import __version__, answers, settings
+from ..process import driver_helpers, roots as roots_mod
+from ..codec import packing
+from ..shared import keys, signing
+from ..codec.encoding import encode, file_sha256
+from ..errors import BlobsMissing, CacheClientError, InvalidRequest, ServiceUnavailable
+from ..process.fingerprint import torch_dir
+from ..transport import blobs
+from ..transport.api import ServiceAPI
+from ..progress import Progress
+from ..report import PublishReport
 
 log = logging.getLogger("cachesvc_client")
 
@@ -259,8 +262,9 @@ class Uploads:
 def sign(body: dict) -> None:
     """Sign the publish ``body`` with ``$CACHESVC_SIGNING_KEY`` (unset: leave it unsigned), and turn its merge
     off: the signature covers exactly its own files. A key that cannot be read raises CacheClientError."""
+    path = settings.current().signing_key  # read where the key is used: the client's settings, not shared/
     try:
-        signer = signing.Signer.from_env()
+        signer = signing.Signer.from_file(path) if path else None
     except signing.SigningError as exc:
         raise CacheClientError(str(exc), code="signing_key") from None
     if signer is not None:

@@ -16,8 +16,12 @@ from typing import Any, Callable, Dict, List, Optional
 #: Fields of ``environment()``, in order (same as keys.ENV_FIELDS).
 FIELDS = ("torch", "triton", "cuda", "python", "device", "arch")
 
-#: ``CACHESVC_ENV_<FIELD>`` overrides a field (e.g. CACHESVC_ENV_DEVICE=H100).
+#: ``CACHESVC_ENV_<FIELD>`` overrides a field (e.g. CACHESVC_ENV_DEVICE=H100). The one client variable read
+#: outside ``settings``: this file also runs on its own, loaded by path in a Python without the package
+#: (tests/client/test_fingerprint.py), so it imports nothing of the client; ``settings.env_overrides``
+#: applies the same rule (set and non-empty) for every other reader.
 OVERRIDE_PREFIX = "CACHESVC_ENV_"
+
 
 def _torch() -> Any:
     """The torch module, or None when it is not installed (imported on first need; a repeated failed import

@@ -15,7 +15,7 @@ decoding), hands whole frames to a small shared thread pool
 Only the frame *layout* is trusted from the stream for scheduling; what the
 frames decode to is checked by the caller (sha256), and each frame's
 checksum is checked by the decoder. Sizes are bounded before any decoding
-(``cachesvc_client.decoding``): a frame declares at most FRAME_MAX bytes and
+(``cachesvc_client.codec.decoding``): a frame declares at most FRAME_MAX bytes and
 decodes to exactly what it declares, and the frames' declared sizes may not
 add up past the blob's size.
 """

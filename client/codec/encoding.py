@@ -16,7 +16,7 @@ from typing import BinaryIO, Tuple
 import zstandard
 
 from . import frames
-from .errors import IntegrityError
+from ..errors import IntegrityError
 
 CHUNK = 1 << 20
 #: keep zstd only when it saves at least this fraction of the bytes

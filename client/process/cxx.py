@@ -101,7 +101,7 @@ def _script(real: str, folder: str) -> str:
     """Write the wrapping script into ``folder``; its file name is the compiler's, for Inductor's gcc/clang checks."""
     path = os.path.join(folder, os.path.basename(real))
     with open(path, "w") as f:
-        f.write("#!/bin/sh\n# cachesvc_client.one_call.cxx: link the package's wrapper with its own hidden C++ runtime\n"
+        f.write("#!/bin/sh\n# cachesvc_client.process.cxx: link the package's wrapper with its own hidden C++ runtime\n"
                 f'case " $* " in\n  *" -shared "*) exec {shlex.quote(real)} "$@" {LINK_FLAGS} ;;\n'
                 f'  *) exec {shlex.quote(real)} "$@" ;;\nesac\n')
     os.chmod(path, 0o700)

@@ -2,7 +2,7 @@
 
     keygen(path, comment)            PATH (private, OpenSSH format, mode 0600) and PATH.pub (one OpenSSH line)
     Signer.from_file(path)           a builder's key ($CACHESVC_SIGNING_KEY); .sign(key, kind, files) -> record
-    Trust.from_env() / from_file()   a restoring fleet's trusted public keys ($CACHESVC_TRUSTED_KEYS)
+    Trust.from_file(path)            a restoring fleet's trusted public keys ($CACHESVC_TRUSTED_KEYS)
     Trust.problem(key, kind, answer) why a resolve answer must not be placed ("" when it may)
     describe(record)                 the signer of a record: {"fingerprint", "comment"} (stdlib only)
     check_record(record)             a record's shape, as the service validates it (stdlib only)
@@ -181,11 +181,6 @@ class Signer:
             pass  # no (or another) .pub beside it: the line carries no comment
         return cls(private, line)
 
-    @classmethod
-    def from_env(cls) -> Optional["Signer"]:
-        path = os.environ.get(SIGNING_KEY_VAR, "")
-        return cls.from_file(path) if path else None
-
     def sign(self, key: Mapping[str, Any], kind: str, files: Iterable[Mapping[str, Any]]) -> Dict[str, str]:
         sig = self.private.sign(manifest_bytes(key, kind, files))
         return {"public_key": self.public_line, "signature": base64.b64encode(sig).decode()}
@@ -199,12 +194,6 @@ class Trust:
 
     def __init__(self, keys: Dict[bytes, str], source: str, error: str = ""):
         self.keys, self.source, self.error = keys, source, error
-
-    @classmethod
-    def from_env(cls) -> Optional["Trust"]:
-        """The trust of ``$CACHESVC_TRUSTED_KEYS`` (None when unset: every version is accepted, as before)."""
-        path = os.environ.get(TRUSTED_KEYS_VAR, "")
-        return cls.from_file(path) if path else None
 
     @classmethod
     def from_file(cls, path: str) -> "Trust":

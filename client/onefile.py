@@ -1,4 +1,5 @@
-"""Version kinds beyond the directory snapshot: Mega-Cache blobs and precompiled functions.
+"""The one-file kinds beyond the directory snapshot (Mega-Cache blobs, precompiled functions and packages):
+their files, and making and loading them with torch.
 
 A version of one of these kinds holds one file under the root role ``artifact``:
 
@@ -9,95 +10,36 @@ A version of one of these kinds holds one file under the root role ``artifact``:
                                   loaded with torch._inductor.aoti_load_package()
 
 and metadata (``Version.meta``): the torch version that made it, the input
-signature (``shape_signature`` of the example inputs) and the device. A
-restore of these kinds fetches the file, verified by sha256, into
-
-    <inductor cache dir>/.cachesvc/artifacts/<kind>/<version id>/<file>
-
-(``.cachesvc`` is never published). Only the load functions import torch,
-and they find out what it offers by looking for the APIs (``support``), not
-by reading version numbers: torch 2.11 and 2.13 differ in what exists.
+signature (``shape_signature`` of the example inputs) and the device. Its
+publish is ``publish.onefile``, its fetch (into ``<inductor cache dir>/.cachesvc/
+artifacts/<kind>/<version id>/``) ``restore.onefile``, the errors
+``Unsupported`` and ``LoadFailed`` are in ``errors``. Only the make and load
+functions import torch, and they find out what it offers by looking for the
+APIs (``process.torch_support``), not by reading version numbers: torch 2.11
+and 2.13 differ in what exists.
 
 Trust: these files are pickles and machine code, as are the snapshot's
 ``.so`` files. The loaders check integrity, kind, torch version, device and
 the APIs; they cannot make a file from an untrusted publisher safe. Give
 write tokens only to your own builds, and have a fleet that runs them require
-signatures (``CACHESVC_TRUSTED_KEYS``, ``cachesvc_client.signing``): ``fetch``
+signatures (``CACHESVC_TRUSTED_KEYS``, ``cachesvc_client.shared.signing``): the fetch
 refuses an unsigned or wrongly signed version before placing its file.
 """
 from __future__ import annotations
 
-import functools
 import os
-import shutil
-import tempfile
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from . import keys, publish as publish_mod, roots as roots_mod, signing
-from .errors import CacheClientError
-from .fingerprint import shape_signature
-from .report import PublishReport, RestoreReport
-from .restore import pipeline
-from .restore.place import STATE_DIR
-from .restore.plan import Plan, check_manifest
-from .transport.api import ServiceAPI
+from .errors import CacheClientError, LoadFailed, Unsupported
+from .process.cxx import inductor_options, self_contained_compiler
+from .process.fingerprint import shape_signature
+from .process.torch_support import require
+from .report import RestoreReport
 
 ROLE = "artifact"
 FILENAMES = {"mega-cache": "mega-cache.bin", "aot-function": "function.aot", "pt2-package": "model.pt2"}
 PRECOMPILED = ("aot-function", "pt2-package")
 MAX_META = 1000  # the service's limit on one metadata value
-
-
-class Unsupported(CacheClientError):
-    """The torch in this process cannot make or load this artifact; the message says why and what to do."""
-
-    def __init__(self, message: str):
-        super().__init__(message, code="unsupported")
-
-
-class LoadFailed(CacheClientError):
-    """torch raised while loading an artifact that passed every check."""
-
-    def __init__(self, message: str):
-        super().__init__(message, code="load_failed")
-
-
-def _missing(obj: Any, names: Sequence[str], prefix: str) -> list:
-    return [f"{prefix}.{n}" for n in names if not hasattr(obj, n)]
-
-
-def support(kind: str) -> Optional[str]:
-    """None when this process's torch can save and load ``kind``; else the reason, naming what is missing."""
-    keys.check_kind(kind)
-    try:
-        import torch
-    except ImportError:
-        return "torch is not importable in this process"
-    if kind == "inductor-dir":
-        return None
-    if kind == "mega-cache":
-        missing = _missing(torch.compiler, ("save_cache_artifacts", "load_cache_artifacts"), "torch.compiler")
-    elif kind == "aot-function":
-        import torch._dynamo
-
-        missing = _missing(torch.compiler, ("load_compiled_function",), "torch.compiler")
-        missing += _missing(torch._dynamo.config, ("enable_aot_compile",), "torch._dynamo.config")
-    else:
-        import torch._inductor
-        import torch.export
-
-        missing = _missing(torch._inductor, ("aoti_compile_and_package", "aoti_load_package"), "torch._inductor")
-        missing += _missing(torch.export, ("export",), "torch.export")
-    if missing:
-        return f"torch {torch.__version__} has no {', '.join(missing)}, which {kind} artifacts need"
-    return None
-
-
-def require(kind: str) -> None:
-    """Raise Unsupported unless this process's torch can save and load ``kind``."""
-    why = support(kind)
-    if why:
-        raise Unsupported(f"{why}; use kind inductor-dir (the directory snapshot), which every torch supports")
 
 
 def artifact_counts(info: Any) -> Dict[str, int]:
@@ -161,15 +103,12 @@ def precompile_package(model: Any, example_inputs: Sequence[Any], path: str) -> 
     """torch.export ``model`` for ``example_inputs`` and build an AOTInductor package at ``path`` (weights inside).
 
     ``path`` must end in ``.pt2`` (AOTInductor's rule). Returns the path. The wrapper is linked with its
-    own C++ runtime where the compiler can (one_call/cxx.py says why: otherwise a compiler newer than the
+    own C++ runtime where the compiler can (process/cxx.py says why: otherwise a compiler newer than the
     loading process's libstdc++ makes the loader crash); elsewhere it is built as Inductor builds it.
     """
     require("pt2-package")
     import torch
     import torch._inductor.config as inductor_config
-
-    # here, not at the top: the one call's package imports this module (LoadFailed) as it starts
-    from .one_call.cxx import inductor_options, self_contained_compiler
 
     exported = torch.export.export(model, tuple(example_inputs))
     with self_contained_compiler() as (cxx, why_not):
@@ -245,68 +184,3 @@ def load_precompiled(artifact: Any, kind: Optional[str] = None, meta: Optional[D
         return torch._inductor.aoti_load_package(path)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a file it cannot read
         raise LoadFailed(f"torch could not load the {kind} artifact {path}: {type(exc).__name__}: {exc}") from exc
-
-
-# -- publish and fetch (no torch) --------------------------------------------------------------------
-
-
-def publish_file(api: ServiceAPI, key: dict, kind: str, *, path: str, meta: Dict[str, str],
-                 compile_seconds: Optional[float] = None, workers: int = 8) -> PublishReport:
-    """Publish the file at ``path`` as the one file of a version of ``kind``."""
-    keys.check_kind(kind)
-    if kind not in FILENAMES:
-        raise ValueError(f"{kind} is a folder snapshot: publish it with CacheClient.publish")
-    with tempfile.TemporaryDirectory(prefix="cachesvc-artifact-") as stage:
-        staged = os.path.join(stage, FILENAMES[kind])
-        try:
-            os.link(path, staged)
-        except OSError:  # another file system, or links not allowed
-            shutil.copyfile(path, staged)
-        return publish_mod.publish(api, key, [roots_mod.Root(ROLE, stage)], kind=kind, meta=meta,
-                                   compile_seconds=compile_seconds, workers=workers)
-
-
-def artifact_dir(cache_dir: str, kind: str, version_id: int) -> str:
-    inductor = os.path.realpath(roots_mod.resolve_root("inductor", cache_dir))
-    return os.path.join(inductor, STATE_DIR, "artifacts", kind, str(version_id))
-
-
-def fetch(api: ServiceAPI, key: dict, kind: str, *, cache_dir: str, workers: int = 16, timeout: float = 30.0,
-          stall_timeout: float = 30.0, budget: Optional[float] = None,
-          trust: Optional[signing.Trust] = None) -> RestoreReport:
-    """Fetch the newest version of ``kind`` for ``key`` into ``artifact_dir``; the report lists the files.
-
-    The restore's own steps (``restore.pipeline.run``: plan -> fetch -> place), with this kind's plan
-    (``_accept``). ``budget``: seconds the whole fetch may take, resolve included, as for the snapshot.
-    ``trust``: the signatures required, checked in ``pipeline.run`` as for the snapshot (a precompiled
-    package is machine code: the same refusal before any byte is placed).
-
-    Raises CacheClientError subclasses on service or storage trouble (CacheClient.restore turns them
-    into a miss unless strict).
-    """
-    report, plan = pipeline.run(api, key, kind=kind, accept=functools.partial(_accept, kind=kind, cache_dir=cache_dir),
-                                workers=workers, timeout=timeout, stall_timeout=stall_timeout, budget=budget,
-                                trust=trust)
-    if plan is None:
-        return report
-    dest = plan.local[ROLE]
-    mine = [os.path.join(dest, f["path"]) for f in plan.files if f["root"] == ROLE]
-    report.hit = bool(mine) and not report.failed
-    report.artifacts = mine if report.hit else []
-    if not report.hit:
-        report.reason = f"the {kind} artifact could not be fetched: {report.failed[0] if report.failed else 'empty'}"
-    return report
-
-
-def _accept(report: RestoreReport, answer: dict, *, kind: str, cache_dir: str) -> Plan:
-    """The plan of a one-file kind: its ``artifact`` root's file into ``artifact_dir`` (other roles are left out)."""
-    files, version = answer["files"], answer["version"]
-    check_manifest(files)
-    report.version_id, report.entry_id = version["id"], answer["entry"]["id"]
-    report.meta = dict(version["meta"])
-    dest = artifact_dir(cache_dir, kind, version["id"])
-    os.makedirs(dest, exist_ok=True)
-    report.roots = {ROLE: dest}
-    local = {f["root"]: (dest if f["root"] == ROLE else None) for f in files}
-    local[ROLE] = dest
-    return Plan(files, local, dest, f"{dest}.lock")

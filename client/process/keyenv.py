@@ -26,11 +26,11 @@ import stat
 import sys
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import keys
+from .. import settings
+from ..settings import ENV_FILE_VAR  # noqa: F401 - public here too (the variable naming the env file)
+from ..shared import keys
 from .fingerprint import OVERRIDE_PREFIX, environment
 
-#: names the env file when neither ``--env-file`` nor ``env_file=`` does
-ENV_FILE_VAR = "CACHESVC_ENV_FILE"
 #: an env file is six short fields; anything this large is not one
 MAX_ENV_FILE_BYTES = 64 * 1024
 #: an env file is one flat object: this many brackets already is not one (and json.loads would recurse)
@@ -49,7 +49,7 @@ class EnvError(keys.InvalidKey):
 
 def env_file_from_environ() -> Optional[str]:
     """``$CACHESVC_ENV_FILE``, or None when unset or empty."""
-    return os.environ.get(ENV_FILE_VAR) or None
+    return settings.current().env_file
 
 
 def _read_regular_file(path: str) -> bytes:
@@ -106,8 +106,7 @@ def load_env_file(path: str) -> Dict[str, str]:
 
 def overrides() -> Dict[str, str]:
     """field -> value of the ``CACHESVC_ENV_<FIELD>`` variables that are set and non-empty."""
-    return {f: os.environ[OVERRIDE_PREFIX + f.upper()] for f in keys.ENV_FIELDS
-            if os.environ.get(OVERRIDE_PREFIX + f.upper())}
+    return dict(settings.current().env_overrides)
 
 
 def check(env: Dict[str, str], env_file: Optional[str] = None) -> Dict[str, str]:

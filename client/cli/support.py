@@ -1,6 +1,6 @@
 """What both command lines share, `cachesvc-client` and `cachesvc`: help, errors, checked values.
 
-    from cachesvc_client.cli_support import CONTEXT_SETTINGS, Size, rule, run
+    from cachesvc_client.cli.support import CONTEXT_SETTINGS, Size, rule, run
 
     @click.group(context_settings=CONTEXT_SETTINGS)              # -h as well as --help
     @click.version_option(__version__, "--version", prog_name="cachesvc")
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import click
 from click.core import ParameterSource
 
-from . import units
+from ..shared import units
 
 #: -h as well as --help, and help text that uses a wide terminal
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -45,7 +45,7 @@ def named(ctx: click.Context, param: click.Parameter) -> Optional[str]:
 
 
 def rule(check: Callable[[str], object]):
-    """A click callback applying ``check`` (a rule such as ``cachesvc_client.keys.check_name``, raising
+    """A click callback applying ``check`` (a rule such as ``cachesvc_client.shared.keys.check_name``, raising
     ValueError) to a given value: a bad one is a usage error naming the flag or the variable."""
     def callback(ctx: click.Context, param: click.Parameter, value):
         if value is None:
@@ -71,7 +71,7 @@ def check_url(url: str) -> str:
 
 
 class Size(click.ParamType):
-    """A byte size: ``500G``, ``1.5TB``, ``10GiB``, ``2048`` (``cachesvc_client.units.parse_size``)."""
+    """A byte size: ``500G``, ``1.5TB``, ``10GiB``, ``2048`` (``cachesvc_client.shared.units.parse_size``)."""
 
     name = "size"
 

@@ -24,7 +24,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from . import roots as roots_mod
-from .encoding import file_sha256
+from ..codec.encoding import file_sha256
 
 #: file names of Triton's driver helpers (cuda_utils.cpython-312-x86_64-linux-gnu.so, hip_utils...)
 HELPER = re.compile(r"^(?:cuda|hip)_utils\.[^/]*so$")

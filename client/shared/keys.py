@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, Mapping, Tuple
 #: Environment fields, in display order. Every one must match for a restore.
 ENV_FIELDS: Tuple[str, ...] = ("torch", "triton", "cuda", "python", "device", "arch")
 
-#: Version kinds: what a version of an entry holds (see cachesvc_client.artifacts).
+#: Version kinds: what a version of an entry holds (see cachesvc_client.onefile).
 #: ``inductor-dir`` a snapshot of the compile caches' folders; ``mega-cache`` one
 #: torch.compiler.save_cache_artifacts() blob; ``aot-function`` a function saved by
 #: ``torch.compile(fn, fullgraph=True).aot_compile(...)``; ``pt2-package`` an AOTInductor package.

@@ -26,8 +26,8 @@ from typing import Callable, Optional
 
 import zstandard
 
-from .errors import IntegrityError
-from .rules import MAX_WINDOW, stored_limit  # noqa: F401 (the bounds the service's decoder uses too)
+from ..errors import IntegrityError
+from ..shared.rules import MAX_WINDOW, stored_limit  # noqa: F401 (the bounds the service's decoder uses too)
 
 
 class Oversize(IntegrityError):

@@ -26,9 +26,10 @@ import importlib.abc
 import importlib.util
 import inspect
 import logging
-import os
 import sys
 from typing import Dict
+
+from .. import settings
 
 log = logging.getLogger("cachesvc_client")
 
@@ -117,7 +118,7 @@ def apply() -> Dict[str, str]:
     the patch waits for its import (a ``sys.meta_path`` hook). Never imports
     torch or Triton itself.
     """
-    if os.environ.get("CACHESVC_TORCH_FIXES", "1") == "0":
+    if not settings.current().torch_fixes:
         return {"coordesc-mark": "disabled by CACHESVC_TORCH_FIXES=0"}
     if "coordesc-mark" in FIXES.states:
         return dict(FIXES.states)

@@ -55,13 +55,14 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .keys import InvalidKey, check_role
+from .. import settings
+from ..settings import EXTRA_ROOTS_VAR  # noqa: F401 - named here too, in the errors about extra roots
+from ..shared.keys import InvalidKey, check_role
 
 #: Every role this client knows, in publish order.
 ROLES: Tuple[str, ...] = ("inductor", "pch", "memo", "triton", "nv", "vllm", "vllm_aot")
 #: Extra roots known by name alone (``known_extra_dir``): published when named, restored whenever a version has them.
 KNOWN_EXTRA: Tuple[str, ...] = ("torch_extensions", "flashinfer", "deep_gemm")
-EXTRA_ROOTS_VAR = "CACHESVC_EXTRA_ROOTS"
 #: Roles whose folder every process of the user on the host shares (the default temp dir's
 #: torchinductor_<user>, ~/.triton, ~/.nv): what they hold may be a neighbour's, so they travel
 #: only beside files of the process's own roots (its cache dir, vLLM's), never alone.
@@ -121,7 +122,7 @@ def inductor_cache_dir(cache_dir: Optional[str] = None) -> str:
     ``cache_dir`` given wins; else $TORCHINDUCTOR_CACHE_DIR; else ``default_cache_dir()``.
     """
     if not cache_dir:
-        cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        cache_dir = settings.current().tool("TORCHINDUCTOR_CACHE_DIR")
     if cache_dir is None:  # torch tests "is None": an empty variable means the cwd
         cache_dir = default_cache_dir()
     return os.path.abspath(cache_dir)
@@ -134,13 +135,13 @@ def triton_cache_dir() -> str:
     where TRITON_HOME defaults to the home dir (``os.path.expanduser("~")``,
     i.e. $HOME, else the password database).
     """
-    directory = os.environ.get("TRITON_CACHE_DIR", "").strip()
+    directory = settings.current().tool("TRITON_CACHE_DIR", "").strip()
     return os.path.abspath(directory) if directory else triton_home_dir()
 
 
 def triton_home_dir() -> str:
     """Triton's own cache dir, whatever TRITON_CACHE_DIR says: ``$TRITON_HOME/.triton/cache``, else the home dir's."""
-    home = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
+    home = settings.current().tool("TRITON_HOME") or os.path.expanduser("~")
     return os.path.abspath(os.path.join(home, ".triton", "cache"))
 
 
@@ -148,29 +149,30 @@ def vllm_cache_root() -> str:
     """Mirror of ``vllm.envs.VLLM_CACHE_ROOT``: ``$VLLM_CACHE_ROOT``, else ``$XDG_CACHE_HOME/vllm``,
     else ``~/.cache/vllm`` (user-expanded; vLLM reads the variables with ``os.getenv(name, default)``,
     so a variable set to "" counts as set)."""
-    xdg = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
-    return os.path.abspath(os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", os.path.join(xdg, "vllm"))))
+    tool = settings.current().tool
+    xdg = tool("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.abspath(os.path.expanduser(tool("VLLM_CACHE_ROOT", os.path.join(xdg, "vllm"))))
 
 
 def known_extra_dir(role: str) -> str:
     """The folder a known extra root (``KNOWN_EXTRA``) is in this process, by its tool's own rule."""
     home = os.path.expanduser("~")
+    tool = settings.current().tool
     if role == "torch_extensions":
         # torch.utils.cpp_extension._get_build_directory: TORCH_EXTENSIONS_DIR as given (even ""), else
         # realpath(torch._appdirs.user_cache_dir("torch_extensions")) / "<py>_<accelerator>"; the root is that
         # parent, so every Python and accelerator's folder travels
-        given = os.environ.get("TORCH_EXTENSIONS_DIR")
+        given = tool("TORCH_EXTENSIONS_DIR")
         if given is not None:
             return os.path.abspath(given)
-        return os.path.realpath(os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")),
+        return os.path.realpath(os.path.join(tool("XDG_CACHE_HOME", os.path.join(home, ".cache")),
                                              "torch_extensions"))
     if role == "flashinfer":
         # flashinfer.jit.env: Path(os.getenv("FLASHINFER_WORKSPACE_BASE", Path.home())) / ".cache" / "flashinfer"
-        return os.path.abspath(os.path.join(os.environ.get("FLASHINFER_WORKSPACE_BASE", home), ".cache", "flashinfer"))
+        return os.path.abspath(os.path.join(tool("FLASHINFER_WORKSPACE_BASE", home), ".cache", "flashinfer"))
     if role == "deep_gemm":
         # DeepGEMM's csrc/jit/compiler.hpp: $DG_JIT_CACHE_DIR when not empty, else $HOME/.deep_gemm
-        return os.path.abspath(os.environ.get("DG_JIT_CACHE_DIR") or os.path.join(os.environ.get("HOME") or home,
-                                                                                 ".deep_gemm"))
+        return os.path.abspath(tool("DG_JIT_CACHE_DIR") or os.path.join(tool("HOME") or home, ".deep_gemm"))
     raise ValueError(f"{role!r} is not a known extra root; known: {', '.join(KNOWN_EXTRA)}")
 
 
@@ -180,7 +182,7 @@ def extra_roots(given: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     known folder). A role must pass the role rule and not be a built-in one; a folder must be absolute (``~``
     expands). Raises InvalidKey naming the setting and the item."""
     spec: Dict[str, Optional[str]] = {}
-    for item in os.environ.get(EXTRA_ROOTS_VAR, "").split(","):
+    for item in settings.current().extra_roots.split(","):
         if item.strip():
             role, sep, folder = item.partition("=")
             spec[role.strip()] = folder.strip() if sep else None
@@ -229,7 +231,7 @@ def resolve_root(role: str, cache_dir: Optional[str] = None, extra: Optional[Map
         return triton_cache_dir()
     if role == "nv":
         # CUDA driver JIT cache: CUDA_CACHE_PATH, default ~/.nv/ComputeCache on Linux.
-        path = os.environ.get("CUDA_CACHE_PATH") or os.path.join(os.path.expanduser("~"), ".nv", "ComputeCache")
+        path = settings.current().tool("CUDA_CACHE_PATH") or os.path.join(os.path.expanduser("~"), ".nv", "ComputeCache")
         return os.path.abspath(path)
     if role == "vllm":
         # vllm.compilation.backends.VllmBackend: os.path.join(envs.VLLM_CACHE_ROOT, "torch_compile_cache", hash)

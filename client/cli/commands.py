@@ -24,20 +24,23 @@ from typing import Callable, Dict, Optional
 import click
 from click.core import ParameterSource
 
-from . import __version__, cli_support, inventory, keyenv, keys
-from .cli_support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
-from .client import REQUIRE_HIT_VAR, CacheClient, require_hit_from_env
-from .errors import CacheClientError
-from .fingerprint import environment
-from .keys import DEFAULT_KIND, KINDS
-from .report import RestoreReport
+from .. import __version__
+from . import inventory, support
+from ..process import keyenv
+from ..shared import keys
+from .support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
+from ..client import REQUIRE_HIT_VAR, CacheClient, require_hit_from_env
+from ..errors import CacheClientError
+from ..process.fingerprint import environment
+from ..shared.keys import DEFAULT_KIND, KINDS
+from ..report import RestoreReport
 
 log = logging.getLogger("cachesvc_client")
 #: restore and publish default to what CacheClient does (its timeout, stall_timeout and budget)
 _CLIENT_DEFAULTS = inspect.signature(CacheClient.__init__).parameters
 
 
-# -- checks (cli_support has the shared ones) ------------------------------------------------------
+# -- checks (support has the shared ones) ---------------------------------------------------------
 
 def _tags(ctx: click.Context, param: click.Parameter, values) -> Dict[str, str]:
     tags = {}
@@ -191,7 +194,7 @@ def check(ctx, *, name, shape, tags, env_file, cache_dir, quiet, url, token, tim
     hit or miss, the entry and version, the bytes it would move; for a miss the nearest entry field by field
     and whether its version passes CACHESVC_TRUSTED_KEYS. Exit 0 hit, 1 miss (also a refused signature),
     2 bad arguments or env file, 3 the service cannot answer (a CI gate: run it before the rollout)."""
-    from . import check as check_mod
+    from .. import check as check_mod
 
     _setup_logging(quiet)
     client = _keyed_client(ctx, url, token, cache_dir, timeout=timeout, env_file=env_file)
@@ -242,7 +245,7 @@ def keygen(path, comment):
     import getpass
     import platform
 
-    from . import signing
+    from ..shared import signing
 
     try:
         fp = signing.keygen(path, comment if comment is not None else f"{getpass.getuser()}@{platform.node()}")
@@ -337,8 +340,5 @@ def stats(ctx, *, days, url, token, timeout, as_json):
 
 def main(argv=None) -> None:
     """The console entry point (``cachesvc-client``)."""
-    cli_support.run(cli, "cachesvc-client", argv)
+    support.run(cli, "cachesvc-client", argv)
 
-
-if __name__ == "__main__":
-    main()

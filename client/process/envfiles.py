@@ -32,7 +32,8 @@ import platform
 import subprocess
 from typing import Dict, Optional
 
-from .fingerprint import FIELDS, OVERRIDE_PREFIX, _cpuinfo_flags, _cpuinfo_isa, _major_minor, _python
+from .. import settings
+from .fingerprint import FIELDS, _cpuinfo_flags, _cpuinfo_isa, _major_minor, _python
 
 
 class _Unsure(Exception):
@@ -154,8 +155,9 @@ def environment() -> Optional[Dict[str, str]]:
     env: Dict[str, str] = {}
     try:
         build: Dict[str, object] = {}
+        overrides = settings.current().env_overrides
         for field in FIELDS:
-            override = os.environ.get(OVERRIDE_PREFIX + field.upper())
+            override = overrides.get(field)
             if override:
                 env[field] = override
                 continue

@@ -15,10 +15,10 @@ import os
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from . import roots as roots_mod
-from .transport.api import ServiceAPI
-from .restore.place import load_stamp, stamp_file
-from .units import format_size
+from ..process import roots as roots_mod
+from ..transport.api import ServiceAPI
+from ..restore.place import load_stamp, stamp_file
+from ..shared.units import format_size
 
 #: rows asked per page of GET /api/v1/entries
 PAGE = 200

@@ -142,7 +142,7 @@ def make_tarball(out_path: Path, roots: Dict[str, str]) -> Dict[str, int]:
     """
     import zstandard
 
-    from cachesvc_client import roots as roots_mod
+    from cachesvc_client.process import roots as roots_mod
 
     files = size = 0
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=-1)

@@ -25,7 +25,7 @@ def copy_cache_dir() -> dict:
 
 def tarball_s3() -> dict:
     """One .tar.zst of every root per key, pulled from S3 with boto3 and stream-extracted."""
-    from cachesvc_client import roots as roots_mod
+    from cachesvc_client.process import roots as roots_mod
 
     body = s3_client().get_object(Bucket=os.environ["BENCH_BUCKET"], Key=os.environ["BENCH_TAR_KEY"])["Body"]
     cache_dir = os.environ["TORCHINDUCTOR_CACHE_DIR"]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import workdir, log, make_tarball, service, service_source, table, write_json  # noqa: E402
 from bench.ttfi import container_roots  # noqa: E402
-from cachesvc_client import roots as roots_mod  # noqa: E402
+from cachesvc_client.process import roots as roots_mod  # noqa: E402
 from harness.containers import Container  # noqa: E402
 from harness.s3server import S3Server  # noqa: E402
 
@@ -52,7 +52,7 @@ def zstd_size(ctr: Container, only: Dict[str, int]) -> int:
     """Bytes of the files in ``only`` (by digest) after zstd, as the client would store them."""
     import zstandard
 
-    from cachesvc_client.encoding import ZSTD_LEVEL, ZSTD_MIN_SAVING
+    from cachesvc_client.codec.encoding import ZSTD_LEVEL, ZSTD_MIN_SAVING
 
     total, seen = 0, set()
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)

@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import workdir, log, percentile, service, service_source, table, write_json  # noqa: E402
-from cachesvc_client import keys  # noqa: E402
+from cachesvc_client.shared import keys  # noqa: E402
 from harness.s3server import S3Server  # noqa: E402
 
 PG = os.environ.get("BENCH_PG", "host=127.0.0.1 port=5432 user=postgres dbname=test")

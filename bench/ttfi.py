@@ -103,8 +103,8 @@ class RedisDB:
 
 
 def container_roots(ctr: Container) -> Dict[str, str]:
-    """The client's roots for a process in ``ctr`` (see cachesvc_client.roots), that exist."""
-    from cachesvc_client.roots import _username
+    """The client's roots for a process in ``ctr`` (see cachesvc_client.process.roots), that exist."""
+    from cachesvc_client.process.roots import _username
 
     default = ctr.tmp / f"torchinductor_{_username()}"
     roots = {"inductor": ctr.cache_dir, "pch": default / "precompiled_headers", "memo": default / "cache",
@@ -173,11 +173,11 @@ class Bench:
 
     def seed_kinds(self, ctr: Container, model: str) -> Dict[str, dict]:
         """Publish the other kinds to cachesvc (local) from the seed container: kind -> publish report or skip."""
-        from cachesvc_client import artifacts
+        from cachesvc_client.process import torch_support
 
         out: Dict[str, dict] = {}
         for kind in self.kinds:
-            why = artifacts.support(kind)
+            why = torch_support.support(kind)
             if why is None:
                 try:
                     r = ctr.run_worker(*worker_args(model, self.device), "--kind", kind, "--publish", **self.local.client_env())

@@ -68,7 +68,7 @@ SHOWN_DEFAULTS: Dict[str, str] = {
 
 def _parse(kind: Any, raw: str) -> Any:
     if kind == "size":  # bytes: 500000000000, 500G, 1.5T, 64MiB
-        from cachesvc_client.units import parse_size
+        from cachesvc_client.shared.units import parse_size
 
         return parse_size(raw)
     if kind == "bool":

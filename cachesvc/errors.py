@@ -12,7 +12,7 @@ import logging
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
-from cachesvc_client.rules import ERROR_CODES
+from cachesvc_client.shared.rules import ERROR_CODES
 from flask import Flask, jsonify, request
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException

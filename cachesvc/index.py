@@ -9,7 +9,7 @@ from sqlalchemy import and_, any_, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
-from cachesvc_client import keys, signing
+from cachesvc_client.shared import keys, signing
 
 from .errors import InvalidRequest, NotFound
 from .models import MAX_ID, Blob, Entry, Event, Pack, Version, VersionFile

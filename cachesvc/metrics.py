@@ -13,7 +13,7 @@ Two sources:
   publishes, restores, misses, fallbacks, verdicts and hits, compile seconds
   saved, GC runs) are read from the database at scrape time, so they are
   exact whatever the number of workers and survive restarts; what each counts
-  is in ``cachesvc.browse.stats``.
+  is in ``cachesvc.readmodel.stats``.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from . import browse
+from . import readmodel
 
 
 class _DatabaseCollector:
@@ -35,7 +35,7 @@ class _DatabaseCollector:
     def collect(self):
         svc = self.app.extensions["cachesvc"]
         with svc.db.session() as s:
-            t = browse.totals(s)
+            t = readmodel.totals(s)
         for name, key, doc in (("entries", "entries", "Entries with a committed version"),
                                ("versions", "versions", "Committed versions"),
                                ("blobs", "blobs", "Blobs in storage"),

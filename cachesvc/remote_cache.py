@@ -44,13 +44,13 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from . import content
 from . import lifecycle
 from .errors import InvalidRequest, PayloadTooLarge
 from .models import Blob, RemoteCacheItem, utcnow
-from .storage import Storage
+from .storage.types import Storage
 
 log = logging.getLogger(__name__)
 

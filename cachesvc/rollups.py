@@ -8,7 +8,7 @@ rows a day whatever the table holds, and keep their numbers when retention delet
 
 The ORM's events are caught before each flush (``install``, once per process); the hit counters'
 core insert (``cachesvc.resolve.hits``) calls ``add`` itself. A miss that a fallback answered (it
-names a version) counts as ``fallback_restore``, as ``cachesvc.browse.stats`` explains.
+names a version) counts as ``fallback_restore``, as ``cachesvc.readmodel.stats`` explains.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ digest rules come from ``cachesvc_client.keys`` so client and service agree.
 """
 from __future__ import annotations
 
-from cachesvc_client import keys, signing
-from cachesvc_client.rules import ENCODINGS
+from cachesvc_client.shared import keys, signing
+from cachesvc_client.shared.rules import ENCODINGS
 from marshmallow import Schema, ValidationError, fields, validate
 from webargs.fields import DelimitedList
 

@@ -18,7 +18,7 @@ lazily from the container.
 
 This module is the public face and imports nothing itself: each public name is
 imported from its module on first use (PEP 562 ``__getattr__``, as
-huggingface_hub's ``__init__`` does). So ``import cachesvc_client.keys`` (the
+huggingface_hub's ``__init__`` does). So ``import cachesvc_client.shared.keys`` (the
 rules the service shares, standard library only) costs the service and a bare
 init container no requests, filelock, tqdm or zstandard.
 """
@@ -41,15 +41,15 @@ _PUBLIC: Dict[str, str] = {
     "compile": "one_call",
     "PublishReport": "report",
     "RestoreReport": "report",
-    "apply_torch_fixes": "torch_fixes",
+    "apply_torch_fixes": "process.torch_fixes",
     "disable_remote_cache": "remote_cache",
     "enable_remote_cache": "remote_cache",
-    "environment": "fingerprint",
-    "load_env_file": "keyenv",
-    "load_precompiled": "artifacts",
-    "precompile_function": "artifacts",
-    "precompile_package": "artifacts",
-    "shape_signature": "fingerprint",
+    "environment": "process.fingerprint",
+    "load_env_file": "process.keyenv",
+    "load_precompiled": "onefile",
+    "precompile_function": "onefile",
+    "precompile_package": "onefile",
+    "shape_signature": "process.fingerprint",
 }
 #: names whose attribute in their module is another (``apply_torch_fixes`` is ``torch_fixes.apply``)
 _RENAMED = {"apply_torch_fixes": "apply"}
@@ -79,12 +79,12 @@ def __dir__() -> List[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
-    from .artifacts import load_precompiled, precompile_function, precompile_package
+    from .onefile import load_precompiled, precompile_function, precompile_package
     from .client import CacheClient
     from .one_call import CompiledModel, compile  # noqa: A004
     from .errors import CacheClientError, HitRequired
-    from .fingerprint import environment, shape_signature
-    from .keyenv import load_env_file
+    from .process.fingerprint import environment, shape_signature
+    from .process.keyenv import load_env_file
     from .remote_cache import disable_remote_cache, enable_remote_cache
     from .report import PublishReport, RestoreReport
-    from .torch_fixes import apply as apply_torch_fixes
+    from .process.torch_fixes import apply as apply_torch_fixes

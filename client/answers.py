@@ -25,8 +25,8 @@ import re
 from typing import Any, Callable, Dict, Mapping, Optional
 from urllib.parse import urlsplit
 
-from . import keys
-from .rules import ENCODINGS
+from .shared import keys
+from .shared.rules import ENCODINGS
 
 #: the most files (and blobs) one resolve answer may list; the service's own limit is far lower
 MAX_FILES = 1_000_000

@@ -19,11 +19,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from . import signing
+from .shared import signing
 from .errors import CacheClientError
 from .restore.pipeline import refusal
 from .transport.api import ServiceAPI
-from .units import format_size
+from .shared.units import format_size
 
 EXIT_HIT, EXIT_MISS, EXIT_USAGE, EXIT_DOWN = 0, 1, 2, 3
 

@@ -11,15 +11,19 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from . import artifacts, envfiles, keyenv, keys, roots as roots_mod, signing, torch_fixes
+from . import onefile, settings
+from .process import envfiles, keyenv, roots as roots_mod, torch_fixes
+from .shared import keys, signing
 from .check import CheckReport, check as _check
 from .errors import CacheClientError, HitRequired
-from .fingerprint import environment
-from .publish import admit, keying_warnings, own_roots, publish as _publish
+from .process.fingerprint import environment
+from .publish.onefile import publish_file
+from .publish.snapshot import admit, keying_warnings, own_roots, publish as _publish
 from .report import PublishReport, RestoreReport
+from .restore.onefile import fetch as _fetch
 from .restore.snapshot import restore as _restore
 from .transport import CONNECT_TIMEOUT, ServiceAPI
-from .verify import REPORTED, Verdict, judge, record_verdict, stamped_report
+from .verdicts import REPORTED, Verdict, judge, record_verdict, stamped_report
 
 log = logging.getLogger("cachesvc_client")
 #: marks the log record of a report's summary: `cachesvc-client` prints the summary itself, on stdout, and drops it
@@ -70,9 +74,9 @@ class CacheClient:
             and what they would have brought is left out (a miss if nothing was restored).
         env_file: the key's environment from this file (``cachesvc-client env --json`` in the app
             image), default ``$CACHESVC_ENV_FILE``; for processes without torch or a GPU
-            (``cachesvc_client.keyenv``). Unset: this process reads its own (``environment()``).
+            (``cachesvc_client.process.keyenv``). Unset: this process reads its own (``environment()``).
         trusted_keys: a file of OpenSSH ssh-ed25519 public keys, default ``$CACHESVC_TRUSTED_KEYS``: restore
-            and check place only versions signed by one of them (``cachesvc_client.signing``; read at each
+            and check place only versions signed by one of them (``cachesvc_client.shared.signing``; read at each
             restore, so a rotated Secret takes effect). Unset: signatures are not required.
 
     Thread-safe; keep one per process.
@@ -82,14 +86,15 @@ class CacheClient:
                  *, timeout: float = 30.0, stall_timeout: float = 30.0, workers: int = 16,
                  budget: Optional[float] = 300.0, env_file: Optional[str] = None,
                  connect_timeout: float = CONNECT_TIMEOUT, trusted_keys: Optional[str] = None):
-        self.url = url or os.environ.get("CACHESVC_URL", "")
-        self.token = token or os.environ.get("CACHESVC_TOKEN") or None
-        self._cache_dir_given = cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        given = settings.current()  # the environment as it is now: a later change is read by the next client
+        self.url = url or given.url
+        self.token = token or given.token
+        self._cache_dir_given = cache_dir or given.tool("TORCHINDUCTOR_CACHE_DIR")
         self.cache_dir = os.path.abspath(self._cache_dir_given or roots_mod.default_cache_dir())
         self.timeout, self.stall_timeout, self.workers, self.budget = timeout, stall_timeout, workers, budget
-        self.env_file = env_file or keyenv.env_file_from_environ()
+        self.env_file = env_file or given.env_file
         self.connect_timeout = connect_timeout
-        self.trusted_keys = trusted_keys or os.environ.get(signing.TRUSTED_KEYS_VAR) or None
+        self.trusted_keys = trusted_keys or given.trusted_keys
         self._api: Optional[ServiceAPI] = None
         self.last_restore: Optional[RestoreReport] = None
         self._said_nearest: Optional[tuple] = None  # the miss whose nearest entries the log named last
@@ -144,7 +149,7 @@ class CacheClient:
         keys.check_kind(kind)
         if load and kind != "mega-cache":
             raise ValueError(f"load=True loads a mega-cache; load a {kind} with cachesvc_client.load_precompiled")
-        torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/torch_fixes.py
+        torch_fixes.apply()  # patches torch where it needs it, when torch is imported: client/process/torch_fixes.py
         started = time.monotonic()
         require = require_hit_from_env() if require_hit is None else require_hit
         try:
@@ -199,12 +204,11 @@ class CacheClient:
                               stall_timeout=self.stall_timeout, budget=self.budget, fallbacks=fallbacks,
                               fallback_max_bytes=fallback_max_bytes, trust=trust, extra_roots=extra)
         else:
-            report = artifacts.fetch(self.api, key, kind, cache_dir=self.cache_dir, workers=self.workers,
-                                     timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget,
-                                     trust=trust)
+            report = _fetch(self.api, key, kind, cache_dir=self.cache_dir, workers=self.workers,
+                            timeout=self.timeout, stall_timeout=self.stall_timeout, budget=self.budget, trust=trust)
         if load and report.hit:
             self._use_cache_dir()
-            report.loaded = artifacts.load_mega_cache(report.artifacts[0])
+            report.loaded = onefile.load_mega_cache(report.artifacts[0])
         return report
 
     def check(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
@@ -231,7 +235,7 @@ class CacheClient:
         """After the process compiled: did the restore (default: this client's last, else the last one into
         the cache dir, as an init container's) pay off?
 
-        Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verify``),
+        Reads torch's cache counters and the new files in the roots (see ``cachesvc_client.verdicts``),
         logs the verdict and, with ``send``, reports ``paid_off``/``partial``/``no_hits`` to the
         service, which marks versions whose restores get no hits as problems. ``first_call_seconds``
         (default: the compile time torch recorded in this process, i.e. what the restored compile
@@ -244,14 +248,21 @@ class CacheClient:
         if send and verdict.verdict in REPORTED:
             try:
                 spent = first_call_seconds if first_call_seconds is not None else torch_compile_seconds()
-                self.api.verdict({"versions": verdict.versions, "verdict": verdict.verdict,
-                                  "fallback": verdict.fallback,
-                                  **({"first_call_seconds": spent} if spent is not None else {})})
+                self.report_verdict(verdict.versions, verdict.verdict, fallback=verdict.fallback,
+                                    first_call_seconds=spent)
                 verdict.reported = True
             except CacheClientError as exc:
                 log.warning("cachesvc verify: could not report the verdict: %s", exc.message)
         record_verdict(self.cache_dir, verdict)  # for `cachesvc-client status`
         return verdict
+
+    def report_verdict(self, versions: Sequence[int], verdict: str, *, fallback: str = "",
+                       first_call_seconds: Optional[float] = None) -> None:
+        """Tell the service how restores of ``versions`` paid off (``paid_off``, ``partial`` or ``no_hits``), as
+        ``verify()`` does; ``first_call_seconds``: what the first call still cost here. The one call reports
+        a package's hit through it. Raises CacheClientError when the service cannot take it."""
+        self.api.verdict({"versions": list(versions), "verdict": verdict, "fallback": fallback,
+                          **({"first_call_seconds": first_call_seconds} if first_call_seconds is not None else {})})
 
     def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                       strict: bool = False, require_hit: Optional[bool] = None) -> "Future[RestoreReport]":
@@ -297,7 +308,7 @@ class CacheClient:
         ``$CACHESVC_MIN_COMPILE_SECONDS``, else 0) nothing is sent (status ``skipped``,
         ``admitted=False``); content the service holds under another key is linked (status
         ``linked``), not uploaded. ``merge`` unions with the key's newest version (see
-        ``cachesvc_client.publish.publish``). ``meta`` adds to the version's metadata (string values up to
+        ``cachesvc_client.publish.snapshot.publish``). ``meta`` adds to the version's metadata (string values up to
         1,000 characters; a restore's ``report.meta``).
         Raises CacheClientError subclasses on failure; nothing is half-published.
         """
@@ -305,7 +316,7 @@ class CacheClient:
         if compile_seconds is None:
             compile_seconds = torch_compile_seconds()
         if min_compile_seconds is None:
-            min_compile_seconds = float(os.environ.get("CACHESVC_MIN_COMPILE_SECONDS") or 0)
+            min_compile_seconds = float(settings.current().min_compile_seconds or 0)
         why = admit(compile_seconds, min_compile_seconds)
         if why:
             report = PublishReport(status="skipped", name=name, shape=shape, admitted=False, reason=why)
@@ -330,34 +341,35 @@ class CacheClient:
         CacheClientError when there is nothing to save or the publish fails.
         """
         key = self.key(name, shape, tags, env)
-        data, counts = artifacts.save_mega_cache()
-        meta = dict(artifacts.artifact_meta("mega-cache"),
+        data, counts = onefile.save_mega_cache()
+        meta = dict(onefile.artifact_meta("mega-cache"),
                     contents=",".join(f"{t}={n}" for t, n in sorted(counts.items())))
         with tempfile.TemporaryDirectory(prefix="cachesvc-mega-") as tmp:
-            path = os.path.join(tmp, artifacts.FILENAMES["mega-cache"])
+            path = os.path.join(tmp, onefile.FILENAMES["mega-cache"])
             with open(path, "wb") as f:
                 f.write(data)
-            report = artifacts.publish_file(self.api, key, "mega-cache", path=path, meta=meta,
-                                            workers=min(self.workers, 8),
-                                            compile_seconds=_compile_seconds(compile_seconds))
+            report = publish_file(self.api, key, "mega-cache", path=path, meta=meta, workers=min(self.workers, 8),
+                                  compile_seconds=_compile_seconds(compile_seconds))
         return _published(report)
 
     def publish_precompiled(self, name: str, shape: str, path: str, kind: str,
                             tags: Optional[Mapping[str, str]] = None, *, example_inputs: Sequence[Any] = (),
                             device: str = "", compile_seconds: Optional[float] = None,
-                            env: Optional[Mapping[str, str]] = None) -> PublishReport:
+                            env: Optional[Mapping[str, str]] = None,
+                            meta: Optional[Mapping[str, str]] = None) -> PublishReport:
         """Publish a precompiled artifact file (``kind`` aot-function or pt2-package) with its metadata.
 
         Make the file with ``cachesvc_client.precompile_function`` / ``precompile_package`` (or torch's
         own APIs). ``example_inputs`` (stored as their ``shape_signature``) and ``device`` describe what
         it was compiled for; they go into the version's metadata with the torch version, which
-        ``load_precompiled`` checks with the device (torch's own guards check the inputs).
+        ``load_precompiled`` checks with the device (torch's own guards check the inputs). ``meta`` adds to
+        that metadata (string values up to 1,000 characters; a restore's ``report.meta``), as for ``publish``.
         """
-        if kind not in artifacts.PRECOMPILED:
-            raise ValueError(f"kind must be one of {', '.join(artifacts.PRECOMPILED)}, got {kind!r}")
+        if kind not in onefile.PRECOMPILED:
+            raise ValueError(f"kind must be one of {', '.join(onefile.PRECOMPILED)}, got {kind!r}")
         key = self.key(name, shape, tags, env)
-        meta = artifacts.artifact_meta(kind, example_inputs, device)
-        report = artifacts.publish_file(self.api, key, kind, path=path, meta=meta, workers=min(self.workers, 8),
-                                        compile_seconds=_compile_seconds(compile_seconds))
+        made = dict(onefile.artifact_meta(kind, example_inputs, device), **(meta or {}))
+        report = publish_file(self.api, key, kind, path=path, meta=made, workers=min(self.workers, 8),
+                              compile_seconds=_compile_seconds(compile_seconds))
         log.info("%s", report.summary(), extra=SUMMARY)
         return report

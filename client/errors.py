@@ -73,6 +73,20 @@ class HitRequired(CacheClientError):
         self.report = report
 
 
+class Unsupported(CacheClientError):
+    """The torch in this process cannot make or load this artifact; the message says why and what to do."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code="unsupported")
+
+
+class LoadFailed(CacheClientError):
+    """torch raised while loading an artifact that passed every check."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code="load_failed")
+
+
 _BY_CODE = {
     "invalid_request": InvalidRequest,
     "unprocessable_entity": InvalidRequest,

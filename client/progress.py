@@ -20,7 +20,7 @@ from typing import Optional
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from .units import format_size
+from .shared.units import format_size
 
 
 class Progress:

@@ -51,13 +51,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-import os
 import threading
 from typing import Dict, Optional, Tuple
 
-from . import keys
+from . import settings
+from .shared import keys
 from .errors import CacheClientError
-from .fingerprint import environment
+from .process.fingerprint import environment
 from .transport.api import check_url
 from .transport.remote import MAX_VALUE, SESSION_POOL, BackendStats, HTTPBackend  # noqa: F401 - public here too
 from .transport.session import new_session
@@ -177,8 +177,9 @@ def enable_remote_cache(url: Optional[str] = None, token: Optional[str] = None, 
     if unknown:
         raise ValueError(f"unknown cache(s) {unknown}; known: {', '.join(CACHES)}")
     status = RemoteCacheStatus()
-    url = url or os.environ.get("CACHESVC_URL", "")
-    token = token or os.environ.get("CACHESVC_TOKEN") or None
+    given = settings.current()
+    url = url or given.url
+    token = token or given.token
     reason = "no service URL: pass url= or set CACHESVC_URL" if not url else None
     if reason is None:
         try:

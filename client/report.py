@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .units import format_size
+from .shared.units import format_size
 
 
 def _show(value: str) -> str:
@@ -49,12 +49,12 @@ class RestoreReport:
     fallback_entries: List[dict] = field(default_factory=list)  # the service's fallback.entries: what differs
     nearest: List[dict] = field(default_factory=list)  # on a miss: the closest entries and what differs
     started_at: float = 0.0   # time.time() when the restore began (client.verify() looks for newer files)
-    kind: str = "inductor-dir"  # the version kind restored (cachesvc_client.keys.KINDS)
+    kind: str = "inductor-dir"  # the version kind restored (cachesvc_client.shared.keys.KINDS)
     artifacts: List[str] = field(default_factory=list)  # other kinds: the fetched files, local paths
     meta: Dict[str, str] = field(default_factory=dict)  # other kinds: the version's metadata (torch, signature)
     loaded: Optional[Dict[str, int]] = None  # mega-cache with load=True: artifacts loaded, per type
     tags: Dict[str, str] = field(default_factory=dict)  # the key's tags
-    env: Dict[str, str] = field(default_factory=dict)   # the key's environment (cachesvc_client.keys.ENV_FIELDS)
+    env: Dict[str, str] = field(default_factory=dict)   # the key's environment (cachesvc_client.shared.keys.ENV_FIELDS)
     env_file: str = ""        # the env file that environment came from ("" when read by this process)
     signed_by: Dict[str, str] = field(default_factory=dict)  # the version's signer: fingerprint, comment ({}: unsigned)
     refused: bool = False     # a version was found but its signature was refused (CACHESVC_TRUSTED_KEYS): see reason

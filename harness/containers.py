@@ -90,7 +90,7 @@ class Container:
     def artifacts(self) -> set:
         """Every publishable file in this container's roots, as ``role:relpath``, resolved from inside it."""
         env = self.env()
-        code = ("import json,sys\nfrom cachesvc_client import roots\n"
+        code = ("import json,sys\nfrom cachesvc_client.process import roots\n"
                 "print(json.dumps(sorted(r.role + ':' + rel for r in roots.default_roots(sys.argv[1]) "
                 "for rel, *_ in roots.walk(r.path, r.exclude))))")
         out = subprocess.run([self.python, "-c", code, env["TORCHINDUCTOR_CACHE_DIR"]], env=env,

@@ -11,7 +11,7 @@ and TORCHINDUCTOR_CACHE_DIR, as a restarted container would have.
     python harness/worker.py --model mlp-b4 --name mlp --restore --fallback shape --verify  # another shape
     python harness/worker.py --model mlp --kind mega-cache --restore --publish
 
-``--kind`` picks what --restore and --publish move (cachesvc_client.keys.KINDS):
+``--kind`` picks what --restore and --publish move (cachesvc_client.shared.keys.KINDS):
 inductor-dir, the folder snapshot (default); mega-cache, restored with
 load_cache_artifacts before compiling and published with
 save_cache_artifacts; aot-function / pt2-package, a precompiled artifact:
@@ -194,9 +194,9 @@ def main() -> None:
         out["restore"] = _hook(args.restore_hook)() or {}
         out["restore_s"] = time.perf_counter() - t
     from cachesvc_client import apply_torch_fixes
-    from cachesvc_client.artifacts import FILENAMES
+    from cachesvc_client.onefile import FILENAMES
 
-    out["torch_fixes"] = apply_torch_fixes()  # every run, the floor too: client/torch_fixes.py
+    out["torch_fixes"] = apply_torch_fixes()  # every run, the floor too: client/process/torch_fixes.py
     artifact = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"worker-{os.getpid()}-{FILENAMES.get(args.kind)}")
     remote = None
     if args.remote_cache:

@@ -57,7 +57,6 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import threading
 import uuid
 from pathlib import Path
 from typing import Dict, Iterator, Optional
@@ -78,10 +77,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import cachesvc
-from cachesvc import db as cachesvc_db
 from cachesvc.storage import Storage, from_url
 from harness.s3server import S3Server  # the one rclone launcher (benchmarks use it too)
 from harness.service import free_port
+from tests.helpers.apps import LiveServer, make_tokens, migrated
 
 PG_DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -205,16 +204,11 @@ def _postgres_database(server_url: str, template: Optional[str] = None, prefix: 
         admin.dispose()
 
 
-def _migrated(url: str) -> str:
-    cachesvc_db.upgrade(url)  # the schema comes from the Alembic migrations only
-    return url
-
-
 @pytest.fixture(scope="session")
 def _sqlite_template(tmp_path_factory) -> Path:
     """A migrated SQLite file, made once per process of the run, checkpointed so the file alone holds it."""
     path = tmp_path_factory.mktemp("sqlite-template") / "cachesvc.db"
-    _migrated(f"sqlite:///{path}")
+    migrated(f"sqlite:///{path}")
     with contextlib.closing(sqlite3.connect(path)) as conn:  # WAL mode: fold the log into the file
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path
@@ -228,7 +222,7 @@ def _postgres_template(pg_server_url) -> Iterator[str]:
     processes copy one template at once; nothing stays connected to it, as CREATE DATABASE ... TEMPLATE
     requires (the migrations dispose of their engine)."""
     with _postgres_database(pg_server_url, prefix=f"cachesvc_template_{_worker()}") as url:
-        _migrated(url)
+        migrated(url)
         yield make_url(url).database
 
 
@@ -305,14 +299,6 @@ def storage(storage_settings) -> Storage:
 # ---------------------------------------------------------------------- the app
 
 
-def make_tokens(app) -> Dict[str, str]:
-    """One token per scope in ``app``'s database."""
-    from cachesvc import auth
-
-    with app.extensions["cachesvc"].db.session() as s:
-        return {scope: auth.create_token(s, f"test-{scope}", scope)[1] for scope in auth.SCOPES}
-
-
 @pytest.fixture
 def app(tmp_path, database_url, storage_settings, monkeypatch):
     """A fresh app on a migrated database and an empty blob store; ``app.config["TOKENS"]`` by scope."""
@@ -348,28 +334,6 @@ def client(app):
     c = app.test_client()
     c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {app.config['TOKENS']['write']}"
     return c
-
-
-class LiveServer:
-    """A WSGI app served over real HTTP from a background thread."""
-
-    def __init__(self, app):
-        from werkzeug.serving import make_server
-
-        self.app = app
-        self._server = make_server("127.0.0.1", 0, app, threaded=True)
-        self.port = self._server.server_port
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"live-server-{self.port}",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()  # returns once serve_forever has left its loop
-        self._thread.join(timeout=10)
-        self._server.server_close()
 
 
 @pytest.fixture

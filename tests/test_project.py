@@ -2,6 +2,7 @@
 tests/test_wheel.py; docker-compose.yml and the Dockerfile: tests/deploy/test_image_and_compose.py)."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import tomllib
@@ -34,7 +35,7 @@ def test_settings_page_is_what_the_script_generates_from_config():
 def test_client_settings_table_names_every_variable_the_client_reads():
     """Hand-kept (the client's variables are read where they are used), so checked against the source:
     every CACHESVC_* name in client/ (CACHESVC_ENV_<field> as one row) and TORCHINDUCTOR_CACHE_DIR."""
-    from cachesvc_client.keys import ENV_FIELDS
+    from cachesvc_client.shared.keys import ENV_FIELDS
 
     page = (ROOT / "docs" / "settings.md").read_text()
     client_part = page[page.index("## Client side"):]
@@ -62,3 +63,43 @@ def test_test_files_have_unique_basenames():
     collection of the whole suite (it happened once when two branches met)."""
     names = Counter(p.name for p in Path(__file__).parent.rglob("test_*.py"))
     assert not [n for n, c in names.items() if c > 1]
+
+
+def _test_modules_imported(path: Path, tests: Path) -> set:
+    """The test modules (``test_*``) and conftests the file at ``path`` (under the folder ``tests``) imports,
+    anywhere in it (function bodies too), relative imports resolved against its folder:
+    ``from tests.x.test_y import z``, ``from .test_y import z``, ``import tests.conftest``,
+    ``from tests.reliability import conftest``."""
+    package = ["tests", *path.parent.relative_to(tests).parts]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - (node.level - 1)] + ([node.module] if node.module else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n.split(".")[0] in ("tests", "conftest")
+                     and any(part.startswith("test_") or part == "conftest" for part in n.split(".")))
+    return found
+
+
+def test_no_test_file_imports_another_test_file_or_a_conftest(tmp_path):
+    """Issue 40: pytest imports a test file (and a conftest) by its own name, so ``from tests.x.test_y import z``
+    runs test_y a second time as another module, and ties a test file to another's internals (a conftest's
+    fixtures reach their folder by themselves). Helpers shared by test files are in tests/helpers/ (or other
+    modules not named test_*); shared fixtures in a conftest of a common folder."""
+    probe = tmp_path / "tests" / "reliability" / "test_probe.py"  # the reading, on known imports
+    probe.parent.mkdir(parents=True)
+    probe.write_text("from tests.reliability.conftest import x\nfrom .test_faults import y\nfrom . import helper\n"
+                     "def f():\n    import tests.client.test_frames\n    from tests.helpers.client import z\n")
+    assert _test_modules_imported(probe, tmp_path / "tests") == {
+        "tests.reliability.conftest", "tests.reliability.conftest.x", "tests.reliability.test_faults",
+        "tests.reliability.test_faults.y", "tests.client.test_frames"}
+    tests = ROOT / "tests"
+    found = {str(p.relative_to(ROOT)): sorted(_test_modules_imported(p, tests))
+             for p in sorted(tests.rglob("test_*.py"))}
+    assert {p: names for p, names in found.items() if names} == {}

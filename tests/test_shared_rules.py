@@ -1,4 +1,4 @@
-"""The rules the service and the client share have one home, ``cachesvc_client.rules``, and the two
+"""The rules the service and the client share have one home, ``cachesvc_client.shared.rules``, and the two
 sides' error tables agree: every code the service answers is in it with the status the service sends,
 and the client maps every one of them to an exception of the same kind."""
 from __future__ import annotations
@@ -15,7 +15,9 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, Unprocessable
 from cachesvc import errors as service_errors
 from cachesvc import schemas, storage
 from cachesvc.storage import decoding as service_decoding
-from cachesvc_client import answers, decoding as client_decoding, errors as client_errors, rules
+from cachesvc_client import answers, errors as client_errors
+from cachesvc_client.codec import decoding as client_decoding
+from cachesvc_client.shared import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +101,7 @@ def test_both_decoders_refuse_at_the_same_stored_length(size):
 
 
 def test_the_shared_rules_import_the_standard_library_only():
-    tree = ast.parse((ROOT / "client" / "rules.py").read_text())
+    tree = ast.parse((ROOT / "client" / "shared" / "rules.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)

@@ -5,7 +5,7 @@
 Builds weightless packages in parallel child processes, as the one call's
 builder does, for each model: with Inductor's own compiler (``default``;
 the mlp only) and through a compiler wrapper that links the C++ runtime in
-(``static``, what client/one_call/cxx.py does), beside eager's and
+(``static``, what client/process/cxx.py does), beside eager's and
 torch.compile's ms per step. Then opens and runs each in a fresh child
 process the way a hit does: the default build plainly and with the
 compiler's libstdc++ preloaded, the static one plainly. Step marks on stderr

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import log, percentile, table  # noqa: E402
 from bench.service import ENV, _pg  # noqa: E402
-from cachesvc_client import keys  # noqa: E402
+from cachesvc_client.shared import keys  # noqa: E402
 
 NAMES = 1000
 FILES = 20

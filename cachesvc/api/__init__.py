@@ -12,10 +12,11 @@ import flask_smorest
 from flask import current_app, request
 from webargs.flaskparser import FlaskParser
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 from ..config import Settings
+from ..services import services
 
 
 class _Parser(FlaskParser):
@@ -49,11 +50,6 @@ def digest_arg(value: str) -> str:
         return keys.check_digest(value)
     except keys.InvalidKey as exc:
         raise InvalidRequest(str(exc)) from None
-
-
-def services():
-    """The app's Database, Storage and settings (set up by create_app)."""
-    return current_app.extensions["cachesvc"]
 
 
 def require_utf8_query() -> None:

@@ -11,7 +11,8 @@ from ..auth import requires
 from ..schemas import AuditArgs, PurgeSchema, TokenCreateSchema
 from .answers import AuditListSchema, GcSchema, TokenCreatedSchema, TokenListSchema, TokenRevokedSchema
 from .version_answers import PurgeAnswerSchema
-from . import Blueprint, services
+from ..services import services
+from . import Blueprint
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1/admin", description="Purge, GC, audit log, tokens")
 

@@ -10,7 +10,8 @@ from .. import auth, content, metrics
 from ..auth import requires
 from ..schemas import BlobPutArgs, ErrorSchema
 from .answers import BlobDamageSchema, BlobStoredSchema
-from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
+from ..services import services
+from . import BINARY_BODY, Blueprint, body_limit, digest_arg
 
 OCTET_STREAM = "application/octet-stream"
 

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 
-from .. import browse
+from .. import readmodel
 from ..auth import requires
 from ..schemas import EntryFilterArgs
 from .version_answers import EntryDetailSchema, EntryListSchema
-from . import Blueprint, services
+from ..services import services
+from . import Blueprint
 
 blp = Blueprint("entries", __name__, url_prefix="/api/v1/entries", description="Browse cache entries")
 
@@ -23,7 +24,7 @@ def list_entries(args):
     `limit` and `offset` (`next_offset` is null on the last page).
     """
     with services().db.session() as s:
-        return browse.list_entries(s, args)
+        return readmodel.list_entries(s, args)
 
 
 @blp.route("/<int:entry_id>", methods=["GET"])
@@ -33,4 +34,4 @@ def get_entry(entry_id):
     """An entry with its committed versions (newest first), each version's files with sizes and sha256,
     and which versions share blobs."""
     with services().db.session() as s:
-        return browse.entry_detail(s, entry_id)
+        return readmodel.entry_detail(s, entry_id)

@@ -19,7 +19,8 @@ from sqlalchemy import text
 from ..errors import Unavailable
 from ..auth import requires
 from .answers import HealthSchema
-from . import Blueprint, services
+from ..services import services
+from . import Blueprint
 
 blp = Blueprint("health", __name__, description="Health and readiness checks")
 

@@ -7,7 +7,8 @@ from .. import auth, content, metrics
 from ..auth import requires
 from ..schemas import ErrorSchema, PackPutArgs
 from .answers import PackStoredSchema
-from . import BINARY_BODY, Blueprint, body_limit, digest_arg, services
+from ..services import services
+from . import BINARY_BODY, Blueprint, body_limit, digest_arg
 from .blobs import send_object, stored_answer
 
 blp = Blueprint("packs", __name__, url_prefix="/api/v1/packs", description="Packs of small blobs")

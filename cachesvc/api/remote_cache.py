@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from flask import Response, request
 
-from cachesvc_client.keys import ENV_FIELDS, REMOTE_CACHES
+from cachesvc_client.shared.keys import ENV_FIELDS, REMOTE_CACHES
 
 from .. import content, metrics, remote_cache
 from ..auth import requires
 from ..errors import NotFound, PayloadTooLarge
 from ..schemas import EnvSchema, ErrorSchema
 from .answers import RemoteCacheItemSchema
-from . import Blueprint, body_limit, services
+from ..services import services
+from . import Blueprint, body_limit
 
 blp = Blueprint("remote_cache", __name__, url_prefix="/api/v1/remote-cache",
                 description="Inductor's live remote cache (FX graphs, autotune results) by Inductor's key")

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 
-from cachesvc_client.keys import ENV_FIELDS
+from cachesvc_client.shared.keys import ENV_FIELDS
 
 from .. import index, metrics
 from .. import resolve as resolving
 from ..schemas import ResolveArgs
 from ..auth import requires
 from .version_answers import ResolveAnswerSchema
-from . import Blueprint, services
+from ..services import services
+from . import Blueprint
 
 blp = Blueprint("resolve", __name__, url_prefix="/api/v1/resolve", description="Find what to restore")
 

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 
-from .. import browse
+from .. import readmodel
 from ..auth import requires
 from ..schemas import StatsArgs
 from .answers import StatsSchema
-from . import Blueprint, services
+from ..services import services
+from . import Blueprint
 
 blp = Blueprint("stats", __name__, url_prefix="/api/v1/stats", description="Cache statistics")
 
@@ -23,4 +24,4 @@ def get_stats(args):
     call, from exact-key hit verdicts that sent `first_call_seconds`); and a daily series of
     stored bytes, restores, misses, hits and publishes."""
     with services().db.session() as s:
-        return dict(browse.totals(s), daily=browse.daily(s, args["days"]))
+        return dict(readmodel.totals(s), daily=readmodel.daily(s, args["days"]))

@@ -7,7 +7,8 @@ from .. import resolve
 from ..auth import requires
 from ..schemas import VerdictSchema
 from .answers import VerdictAnswerSchema
-from . import Blueprint, body_limit, json_limit, services
+from ..services import services
+from . import Blueprint, body_limit, json_limit
 from ..resolve import FALLBACK_STEPS
 
 #: the largest verdict VerdictSchema takes: the most versions, each the largest id, the longest strings and

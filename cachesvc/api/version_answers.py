@@ -177,7 +177,7 @@ class ResolveAnswerSchema(VerbatimDump, Schema):
     fallback = fields.Nested(FallbackSchema, **_d("a fallback hit: which step answered, with which versions"))
 
 
-# -- browse (browse.queries.list_entries, entry_detail) ---------------------------------------------------
+# -- browse (readmodel.list_entries, entry_detail) --------------------------------------------------------
 
 class EntryRowSchema(EntrySummarySchema):
     versions = fields.Integer(**_d("its committed versions (of the kind filtered on)"))

@@ -1,7 +1,7 @@
 """Publish: create a pending version, then commit it."""
 from __future__ import annotations
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from .. import auth, content, index, lifecycle, metrics, publish
 from ..auth import requires
@@ -9,7 +9,8 @@ from ..models import Version, VersionFile
 from ..schemas import CommitSchema, PackTargetsSchema, PublishSchema, UploadTargetsSchema
 from .answers import BlobUploadTargetsSchema, PackUploadTargetsSchema
 from .version_answers import CommitAnswerSchema, PublishAnswerSchema, VersionDetailSchema
-from . import Blueprint, body_limit, json_limit, services
+from ..services import services
+from . import Blueprint, body_limit, json_limit
 
 #: the largest requests PackTargetsSchema and UploadTargetsSchema take (their list bounds, the largest values)
 LARGEST_PACK_TARGETS = {"packs": [{"sha256": "f" * 64, "size": 2**40}] * 10_000}

@@ -8,13 +8,13 @@
     /login, /logout         signin   a token pasted once, a signed session cookie, CSRF on every form
     /admin/...              admin_pages  purge (preview, then confirm), audit log, tokens: through
                                      cachesvc.lifecycle's actions
-    GET /api/v1/entries     list_entries, entry_detail   (queries: the same rows for the API and the pages)
-    GET /api/v1/stats       totals, daily                (stats: also what /metrics reads)
+
+The door is ``register_pages``. The rows the pages show are ``cachesvc.readmodel``'s, which the JSON API
+(``/api/v1/entries``, ``/api/v1/stats``) and ``/metrics`` read too; the app's parts come from
+``cachesvc.services``. Nothing here imports ``cachesvc.api``, nor it this (``tests/test_layers.py``).
 """
 from flask import Flask
 
-from .queries import entry_detail, list_entries
-from .stats import daily, totals
 from ..config import Settings
 
 
@@ -28,4 +28,4 @@ def register_pages(app: Flask, settings: Settings) -> None:
         app.register_blueprint(page_bp)
 
 
-__all__ = ["daily", "entry_detail", "list_entries", "register_pages", "totals"]
+__all__ = ["register_pages"]

@@ -18,7 +18,7 @@ from flask import Blueprint, Response, make_response, redirect, render_template,
 from marshmallow import ValidationError
 
 from .. import lifecycle
-from ..api import services
+from ..services import services
 from ..auth import hold_for_page, requires, take_from_page
 from ..errors import InvalidRequest, NotFound
 from ..models import MAX_ID

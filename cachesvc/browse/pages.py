@@ -1,6 +1,6 @@
 """HTML pages (Jinja, server-rendered, no JavaScript): the index grouped by name, an entry, the stats.
 
-The pages read the same queries as the JSON API and need the same scope
+The pages read the same rows as the JSON API (``cachesvc.readmodel``) and need the same scope
 (`read`; anonymous when CACHESVC_ANONYMOUS_READ is on), from a bearer token or a
 sign-in (``cachesvc.browse.signin``); the admin pages are ``cachesvc.browse.admin_pages``.
 """
@@ -10,10 +10,11 @@ from itertools import groupby
 
 from flask import Blueprint, render_template, request
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
-from . import queries as browse, charts, stats
-from ..api import services
+from . import charts
+from .. import readmodel
+from ..services import services
 from ..auth import requires
 from ..errors import InvalidRequest
 from ..schemas import MAX_OFFSET, SORTS
@@ -29,7 +30,7 @@ TOP = 10  # rows of each "top entries" table on the stats page
 
 
 def _filters() -> dict:
-    args = {f: request.args.get(f, "").strip() for f in browse.FILTER_FIELDS}
+    args = {f: request.args.get(f, "").strip() for f in readmodel.FILTER_FIELDS}
     args = {k: v for k, v in args.items() if v}
     tags = [t for t in request.args.getlist("tag") if t.strip()]
     for t in tags:
@@ -69,28 +70,28 @@ def _offset(raw, name: str = "offset") -> int:
 def index():
     args = _filters()
     with services().db.session() as s:
-        page = browse.list_entries(s, args)
-        rates = stats.verdicts_by(s, [r["id"] for r in page["entries"]])
+        page = readmodel.list_entries(s, args)
+        rates = readmodel.verdicts_by(s, [r["id"] for r in page["entries"]])
     for r in page["entries"]:
         r["verdicts"] = rates.get(r["id"])
     # rows stay in the chosen sort; a name heads each run of rows that share it (one table: one set of columns)
     groups = [(name, list(items)) for name, items in groupby(page["entries"], key=lambda r: r["name"])]
     query = {("q" if k == "search" else k): v for k, v in args.items() if k not in ("limit", "offset")}
     return render_template("index.html", page=page, groups=groups, args=args, query=query, sorts=SORTS,
-                           fields=browse.FILTER_FIELDS, kinds=keys.KINDS)
+                           fields=readmodel.FILTER_FIELDS, kinds=keys.KINDS)
 
 
 @bp.route("/entries/<int:entry_id>")
 @requires("read")
 def entry(entry_id):
     with services().db.session() as s:
-        detail = browse.entry_detail(s, entry_id)
-        rates = stats.verdicts_by(s, [entry_id], per="version")
-        entry_rate = stats.verdicts_by(s, [entry_id]).get(entry_id)
+        detail = readmodel.entry_detail(s, entry_id)
+        rates = readmodel.verdicts_by(s, [entry_id], per="version")
+        entry_rate = readmodel.verdicts_by(s, [entry_id]).get(entry_id)
     offset = _offset(request.args.get("files_offset", 0), "files_offset")
     for v in detail["versions"]:
         v["verdicts"] = rates.get(v["id"])
-        v["restore_command"] = browse.restore_command(detail, v, request.url_root)
+        v["restore_command"] = readmodel.restore_command(detail, v, request.url_root)
         v["files_shown"] = v["files"][offset:offset + FILES_PAGE]  # a version may hold 100,000 files
     more = any(len(v["files"]) > offset + FILES_PAGE for v in detail["versions"])
     return render_template("entry.html", e=detail, entry_rate=entry_rate, files_offset=offset, files_page=FILES_PAGE,
@@ -105,10 +106,10 @@ def stats_page():
     except ValueError:
         raise InvalidRequest("days must be a number") from None
     with services().db.session() as s:
-        totals, rows, served = stats.totals(s), stats.daily(s, days), stats.served(s)
-        top = {sort: browse.list_entries(s, {"sort": sort, "limit": TOP, "offset": 0})["entries"]
+        totals, rows, served = readmodel.totals(s), readmodel.daily(s, days), readmodel.served(s)
+        top = {sort: readmodel.list_entries(s, {"sort": sort, "limit": TOP, "offset": 0})["entries"]
                for sort in ("most_restored", "largest")}
-        problems = browse.list_entries(s, {"problem": True, "limit": 1, "offset": 0})["total"]
-        rates = stats.verdicts_by(s, [r["id"] for rs in top.values() for r in rs])
+        problems = readmodel.list_entries(s, {"problem": True, "limit": 1, "offset": 0})["total"]
+        rates = readmodel.verdicts_by(s, [r["id"] for rs in top.values() for r in rs])
     return render_template("stats.html", t=totals, rows=rows, days=days, served=served, top=top, rates=rates,
                            problems=problems, chart=charts.stored_and_restores(rows), hit_chart=charts.hit_rate(rows))

@@ -28,7 +28,7 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
 
 from .. import auth, errors
-from ..api import services
+from ..services import services
 from ..errors import CacheError, Unauthorized
 from ..config import Settings
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable, List
 
-from cachesvc_client.units import format_size
+from cachesvc_client.shared.units import format_size
 
 
 def purge_lines(result: dict) -> List[str]:

@@ -38,7 +38,7 @@ from ..models import Blob, Version, VersionFile, utcnow
 from ..storage import BlobNotFound, Storage, blob_key
 
 #: a blob this large (decoded) is "large" to the tests of decoding at commit; every object uploaded
-#: straight to storage is read back and checked at commit whatever its size (publish.versions._stat_blob)
+#: straight to storage is read back and checked at commit whatever its size (uploads.find)
 VERIFY_AT_COMMIT_MIN = 8 << 20
 #: a blob stored less than this before a pending version was created may still have been missing when the
 #: version was told what to upload (its row is stamped just before its transaction commits; the clocks of

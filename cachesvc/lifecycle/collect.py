@@ -56,29 +56,23 @@ several processes at once.
 from __future__ import annotations
 
 import datetime as dt
-import logging
-import re
 from collections import Counter, defaultdict
 from typing import Callable, Dict, List, Optional, Tuple
 
 from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from .. import index
+from .. import content, index
 from ..db import Database
 from ..errors import InvalidRequest
 from ..models import Blob, Entry, Event, Pack, PendingPack, RemoteCacheItem, Version, VersionFile, utcnow
-from ..storage import INCOMING, Storage, StorageError, blob_key, pack_key
+from ..storage.types import Storage
 from ..config import Settings
 from .locks import gc_lock as _gc_lock, sqlite_write_lock as _sqlite_write_lock, store_lock
-
-log = logging.getLogger(__name__)
 
 #: pending versions stay protected this long past their lease (clock skew between workers, slow commits)
 LEASE_MARGIN = dt.timedelta(seconds=120)
 _BATCH = 500
-_KEY_RE = re.compile(r"^v1/blobs/[0-9a-f]{2}/([0-9a-f]{64})(\.zst)?$")
-_PACK_KEY_RE = re.compile(r"^v1/packs/[0-9a-f]{2}/([0-9a-f]{64})$")
 
 CRITERIA = ("not_restored_for", "older_than", "keep_latest", "torch_version", "name", "device", "max_total_bytes")
 #: criteria that name one version or one entry by id (the pages' purge buttons); not flags of the CLI
@@ -231,23 +225,13 @@ def _evict_items(db: Database, settings: Settings, now: dt.datetime) -> dict:
     return {"remote_cache_items_evicted": gone}
 
 
-def _delete_keys(storage: Storage, keys: List[str]) -> int:
-    """Delete storage objects (blobs or packs); failures are logged and left for the next sweep."""
-    failed = 0
-    for key in keys:
-        try:
-            storage.delete(key)
-        except StorageError as exc:
-            failed += 1
-            log.warning("gc: could not delete %s: %s", key, exc)
-    return failed
-
-
-def _collect(db: Database, storage: Storage, pick: Callable, drop: Callable) -> Tuple[int, int, int]:
+def _collect(db: Database, storage: Storage, pick: Callable, drop: Callable,
+             delete_objects: Callable) -> Tuple[int, int, int]:
     """Delete unreferenced rows and their objects in batches, in digest order.
 
     ``pick(session, after)`` selects the next batch (rows with ``digest`` and ``stored_size``, digests
-    above ``after``); ``drop(session, rows)`` deletes their rows and returns their object keys. The
+    above ``after``); ``drop(session, rows)`` deletes their rows and returns their objects, which
+    ``delete_objects(storage, objects)`` (``content.delete_blobs``, ``delete_packs``) deletes. The
     objects go while SQLite's write lock is held, or on PostgreSQL right after the commit under the GC
     lock, which keeps publishes out, so nothing can name them again in between.
     Returns (rows deleted, stored bytes freed, object deletes that failed).
@@ -263,13 +247,13 @@ def _collect(db: Database, storage: Storage, pick: Callable, drop: Callable) -> 
                 if not rows:
                     break
                 last = rows[-1].digest
-                keys = drop(s, rows)
+                objects = drop(s, rows)
                 batch_bytes = sum(r.stored_size for r in rows)
                 s.add(Event(kind="freed", bytes=batch_bytes))
                 if sqlite:
-                    failed += _delete_keys(storage, keys)
+                    failed += delete_objects(storage, objects)
             if not sqlite:
-                failed += _delete_keys(storage, keys)
+                failed += delete_objects(storage, objects)
         deleted += len(rows)
         freed += batch_bytes
     return deleted, freed, failed
@@ -282,11 +266,11 @@ def _collect_rows(db: Database, storage: Storage) -> dict:
                          .where(Blob.digest > after, Blob.pack_digest.is_(None), _unreferenced(Blob.digest))
                          .order_by(Blob.digest).limit(_BATCH)).all()
 
-    def drop(s: Session, rows: list) -> List[str]:
+    def drop(s: Session, rows: list) -> List[Tuple[str, str]]:
         s.execute(delete(Blob).where(Blob.digest.in_([r.digest for r in rows])))
-        return [blob_key(r.digest, r.encoding) for r in rows]
+        return [(r.digest, r.encoding) for r in rows]
 
-    deleted, freed, failed = _collect(db, storage, pick, drop)
+    deleted, freed, failed = _collect(db, storage, pick, drop, content.delete_blobs)
     return {"blobs_deleted": deleted, "bytes_freed": freed, "delete_failures": failed}
 
 
@@ -303,9 +287,9 @@ def _collect_packs(db: Database, storage: Storage) -> dict:
         chunk = [r.digest for r in rows]
         s.execute(delete(Blob).where(Blob.pack_digest.in_(chunk)))
         s.execute(delete(Pack).where(Pack.digest.in_(chunk)))
-        return [pack_key(d) for d in chunk]
+        return chunk
 
-    deleted, freed, failed = _collect(db, storage, pick, drop)
+    deleted, freed, failed = _collect(db, storage, pick, drop, content.delete_packs)
     return {"packs_deleted": deleted, "pack_bytes_freed": freed, "pack_delete_failures": failed}
 
 
@@ -313,7 +297,7 @@ def _sweep_orphan_packs(db: Database, storage: Storage) -> int:
     """Pack objects with no row that no pending version is uploading (``pending_packs``): failed deletes,
     and the uploads of publishes that never committed (their rows go with the version, when
     ``_drop_dead_versions`` finds its lease run out)."""
-    found = [m.group(1) for m in map(_PACK_KEY_RE.match, storage.iter_keys("v1/packs/")) if m]
+    found = list(content.stored_packs(storage))
     removed = 0
     for i in range(0, len(found), _BATCH):
         chunk = found[i:i + _BATCH]
@@ -322,17 +306,13 @@ def _sweep_orphan_packs(db: Database, storage: Storage) -> int:
             kept = set(s.scalars(select(Pack.digest).where(Pack.digest.in_(chunk))))
             kept.update(s.scalars(select(PendingPack.digest).where(PendingPack.digest.in_(chunk))))
             doomed = [d for d in chunk if d not in kept]
-            removed += len(doomed) - _delete_keys(storage, [pack_key(d) for d in doomed])
+            removed += len(doomed) - content.delete_packs(storage, doomed)
     return removed
 
 
 def _sweep_orphans(db: Database, storage: Storage) -> dict:
     """Objects in storage with no blob row and no version naming them (failed deletes, abandoned uploads)."""
-    found: List[tuple] = []
-    for key in storage.iter_keys("v1/blobs/"):
-        m = _KEY_RE.match(key)
-        if m:
-            found.append((m.group(1), "zstd" if m.group(2) else "identity"))
+    found = list(content.stored_blobs(storage))
     removed = 0
     for i in range(0, len(found), _BATCH):
         chunk = found[i:i + _BATCH]
@@ -342,7 +322,7 @@ def _sweep_orphans(db: Database, storage: Storage) -> dict:
             rows = set(s.scalars(select(Blob.digest).where(Blob.digest.in_(digests))))
             named = set(s.scalars(select(VersionFile.digest).where(VersionFile.digest.in_(digests))))
             doomed = [(d, enc) for d, enc in chunk if d not in rows and d not in named]
-            removed += len(doomed) - _delete_keys(storage, [blob_key(d, enc) for d, enc in doomed])
+            removed += len(doomed) - content.delete_blobs(storage, doomed)
     return {"orphans_deleted": removed, "orphan_packs_deleted": _sweep_orphan_packs(db, storage)}
 
 
@@ -362,7 +342,7 @@ def gc(db: Database, storage: Storage, settings: Settings, now: Optional[dt.date
     result.update(packs)
     result.update(_sweep_orphans(db, storage))
     lease = settings.UPLOAD_LEASE_SECONDS + LEASE_MARGIN.total_seconds()
-    result["incoming_deleted"] = (storage.sweep_incoming(lease - (now - utcnow()).total_seconds())
+    result["incoming_deleted"] = (content.sweep_received(storage, lease - (now - utcnow()).total_seconds())
                                   + _sweep_uploads(db, storage, now))
     return result
 
@@ -372,10 +352,7 @@ def _sweep_uploads(db: Database, storage: Storage, now: dt.datetime) -> int:
     one but a pending version's within its lease (and LEASE_MARGIN). Those of a publish that never committed
     (its row dropped above), and PUTs of a URL replayed after its version committed (it stays valid for
     PRESIGN_EXPIRES). Listed before the versions are read: an upload exists only once its version does."""
-    found = defaultdict(list)
-    for key in storage.iter_keys(INCOMING):
-        version = key[len(INCOMING):].split("/", 1)[0]
-        found[int(version) if version.isdigit() and len(version) < 12 else -1].append(key)
+    found = content.uploads_by_version(storage)
     removed, ids = 0, sorted(found)
     for i in range(0, len(ids), _BATCH):
         chunk = ids[i:i + _BATCH]
@@ -384,5 +361,5 @@ def _sweep_uploads(db: Database, storage: Storage, now: dt.datetime) -> int:
             live = set(s.scalars(select(Version.id).where(Version.id.in_(chunk), Version.state == "pending",
                                                           Version.lease_expires_at >= now - LEASE_MARGIN)))
             doomed = [k for v in chunk if v not in live for k in found[v]]
-            removed += len(doomed) - _delete_keys(storage, doomed)
+            removed += len(doomed) - content.delete_uploads(storage, doomed)
     return removed

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from . import admission, merging
 from .. import content
@@ -35,7 +35,7 @@ from .. import lifecycle
 from .. import index
 from ..errors import BlobsMissing, Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from ..models import MAX_ID, Blob, Event, PendingPack, Version, VersionFile, utcnow
-from ..storage import ENCODINGS, Storage, blob_key, incoming_key
+from ..storage.types import Storage
 from ..config import Settings
 
 
@@ -61,28 +61,6 @@ def _check_manifest(files: List[dict], roots: Dict[str, str], max_files: int) ->
         if not path.startswith("/"):
             raise InvalidRequest(f"root {role!r} path {path!r} must be absolute")
     return sizes
-
-
-def upload_targets(storage: Storage, digest: str, size: int, *, expires: int, version_id: int,
-                   zstd_size: Optional[int] = None) -> Dict[str, dict]:
-    """Where to PUT blob ``digest`` for pending version ``version_id``, per encoding. A presigned target (into the
-    version's incoming folder: commit checks the upload there and moves it into place, GC deletes what no commit
-    takes) signs its body's length, so storage refuses any other: the identity target the blob's size, the zstd
-    target ``zstd_size``, the length the client states once it has compressed. Without one, the zstd target is
-    the service's own URL (it reads and checks the body), marked ``needs_size``. Where storage presigns nothing
-    (the local backend, or presigning off) both targets are the service's own."""
-    def presigned(encoding: str, length: int) -> Optional[dict]:
-        return storage.upload_target(incoming_key(version_id, blob_key(digest, encoding)), expires, length)
-
-    def through_service(encoding: str) -> dict:
-        return {"method": "PUT", "url": f"/api/v1/blobs/{digest}?encoding={encoding}&version={version_id}",
-                "headers": {}}
-
-    identity = presigned("identity", size)
-    if identity is None:
-        return {enc: through_service(enc) for enc in ENCODINGS}
-    zstd = presigned("zstd", zstd_size) if zstd_size else dict(through_service("zstd"), needs_size=True)
-    return {"identity": identity, "zstd": zstd}
 
 
 def _audit(session: Session, actor: str, version: dict, new_stored_bytes: int, **details) -> None:
@@ -140,8 +118,8 @@ def create_version(session: Session, storage: Storage, settings: Settings, body:
     if body.get("inline_targets", True):  # a client from before batched targets
         expires = settings.PRESIGN_EXPIRES
         for item in upload:
-            item["targets"] = upload_targets(storage, item["sha256"], item["size"], expires=expires,
-                                             version_id=version.id)
+            item["targets"] = content.upload_targets(storage, item["sha256"], item["size"], expires=expires,
+                                                     version_id=version.id)
     return 201, {"status": "pending", "entry": index.entry_summary(entry),
                  "version": index.version_summary(version), "upload": upload, "packing": content.advertised()}
 
@@ -175,58 +153,11 @@ def blob_targets(session: Session, storage: Storage, settings: Settings, version
                                  "only when it is smaller", {"field": "zstd_sizes"})
     stored = set(index.present_sizes(session, wanted))
     expires = settings.PRESIGN_EXPIRES
-    return {"targets": [{"sha256": d, "targets": upload_targets(storage, d, named[d], expires=expires,
-                                                                version_id=version_id, zstd_size=zstd_sizes.get(d))}
+    return {"targets": [{"sha256": d, "targets": content.upload_targets(storage, d, named[d], expires=expires,
+                                                                        version_id=version_id,
+                                                                        zstd_size=zstd_sizes.get(d))}
                         for d in wanted if d not in stored],
             "stored": sorted(stored)}
-
-
-def _stat_blob(storage: Storage, digest: str, prefer: Optional[str], size: int,
-               version_id: int) -> Optional[Tuple[str, int, Optional[str], str]]:
-    """(encoding, stored size, stored sha256 or None, incoming key) of a blob version ``version_id``
-    uploaded by a presigned PUT (``incoming_key``); None when it is not there, or not a valid encoding
-    of the blob.
-
-    Every upload is read back and decoded, whatever its size: a presigned URL pins neither the bytes nor
-    (for zstd) the length, so an object of the right size could be anything (another write token's
-    same-size garbage, claiming the digest for good). One that does not decode to the blob is deleted,
-    so the publisher's next upload starts clean."""
-    order = [prefer] if prefer else []
-    order += [e for e in ENCODINGS if e != prefer]
-    for enc in order:
-        staged = incoming_key(version_id, blob_key(digest, enc))
-        stored = storage.stat(staged)
-        if stored is None or (enc == "identity" and stored != size):
-            continue  # absent, or an identity upload of the wrong length: not this blob
-        try:
-            stored_sha = content.check_stored(storage, digest, enc, size, key=staged)
-        except content.BadBlob:
-            storage.delete(staged)
-            continue
-        if stored_sha is not None:
-            return enc, stored, stored_sha, staged
-    return None
-
-
-def _place_uploads(session: Session, storage: Storage, found: List[dict]) -> List[dict]:
-    """Move the checked presigned uploads ``found`` (rows with ``incoming``) to their blobs' keys, one
-    writer per blob (``content.digest_lock``, in digest order); a blob a concurrent commit stored since keeps
-    its object and row, and this version's upload of it is dropped. Returns the rows to record."""
-    for row in sorted(found, key=lambda r: r["digest"]):
-        content.digest_lock(session, row["digest"])
-    stored = set(index.present_sizes(session, [r["digest"] for r in found]))
-    placed = [r for r in found if r["digest"] not in stored]
-
-    def place(row: dict) -> None:
-        staged = row.pop("incoming")
-        if row["digest"] in stored:
-            storage.delete(staged)
-        else:
-            storage.promote(staged, blob_key(row["digest"], row["encoding"]))
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(place, found))
-    return placed
 
 
 def _take_uploads(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
@@ -242,7 +173,7 @@ def _take_uploads(session: Session, storage: Storage, version_id: int, uploaded:
     prefer = {u["sha256"]: u["encoding"] for u in uploaded}
     found, missing = [], []
     with ThreadPoolExecutor(max_workers=16) as pool:
-        stats = pool.map(lambda d: (d, _stat_blob(storage, d, prefer.get(d), sizes[d], version_id)),
+        stats = pool.map(lambda d: (d, content.find_upload(storage, d, prefer.get(d), sizes[d], version_id)),
                          sorted(needed))
         for d, hit in stats:
             if hit is None:
@@ -253,7 +184,7 @@ def _take_uploads(session: Session, storage: Storage, version_id: int, uploaded:
     if missing:
         raise BlobsMissing(f"{len(missing)} blob(s) of version {version_id} are not in storage; upload them and "
                            f"commit again", {"missing": missing[:1000]})
-    direct_bytes = index.insert_blobs(session, _place_uploads(session, storage, found))  # presigned uploads
+    direct_bytes = index.insert_blobs(session, content.place_uploads(session, storage, found))  # presigned uploads
     return direct_bytes + index.insert_blobs(session, packed)
 
 
@@ -281,13 +212,6 @@ def check_creator(session: Session, version_id: int, token_id: Optional[int]) ->
         content.check_creator(version, token_id)  # the one rule, for the blob and pack PUTs too
 
 
-def _sweep_incoming(storage: Storage, version_id: int) -> None:
-    """Delete what is left in the version's incoming folder once its uploads are taken: the other
-    encoding of a blob, uploads past a blob's size, anything PUT to its targets that it did not use."""
-    for k in list(storage.iter_keys(incoming_key(version_id, ""))):
-        storage.delete(k)
-
-
 def commit_version(session: Session, storage: Storage, version_id: int, uploaded: List[dict],
                    packs: Optional[List[dict]] = None, *, actor: str) -> Tuple[dict, int]:
     """Commit a pending version once every blob it names is stored (``_take_uploads``), audited as a
@@ -298,7 +222,7 @@ def commit_version(session: Session, storage: Storage, version_id: int, uploaded
     if done is not None:
         return done, 0
     direct_bytes = _take_uploads(session, storage, version_id, uploaded, packs)
-    _sweep_incoming(storage, version_id)
+    content.clear_incoming(storage, version_id)
     merging.catch_up(session, version)
     if version.file_count == 0:  # recorded before empty manifests were refused
         raise InvalidRequest(f"version {version_id} has no files: a version without files would hide the key's "

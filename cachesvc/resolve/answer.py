@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import content
 from ..content import blob_url
-from ..storage import Storage
+from ..storage.types import Storage
 
 
 def blob_entries(storage: Storage, rows, expires: int) -> dict:

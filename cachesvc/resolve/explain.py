@@ -21,7 +21,7 @@ from typing import Dict, List
 from sqlalchemy import and_, case, or_, select
 from sqlalchemy.orm import Session
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from .. import index
 from ..models import Entry

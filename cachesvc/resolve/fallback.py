@@ -30,13 +30,13 @@ from typing import List, Optional, Sequence
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session, contains_eager
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 
 from . import explain, hits
 from .. import index
 from .answer import blob_entries
 from ..models import Entry, Pack, Version, VersionFile
-from ..storage import Storage
+from ..storage.types import Storage
 from ..config import Settings
 
 STEPS = ("shape", "shapes", "name")

@@ -7,7 +7,7 @@ writes them in one transaction, in id order (so two workers flushing at once
 cannot deadlock):
 
     entries, versions:  restore_count += n, last_restored_at = max(old, newest hit)
-    events:             one ``hit`` row per hit: a restore of the exact key (``cachesvc.browse.stats``)
+    events:             one ``hit`` row per hit: a restore of the exact key (``cachesvc.readmodel.stats``)
 
 A daemon thread flushes every ``HIT_FLUSH_SECONDS`` and ``close()`` flushes
 once more; it runs at interpreter exit too, which is how gunicorn workers end.

@@ -10,7 +10,7 @@ from .. import index
 from .answer import blob_entries
 from .hits import HitLog, write_now
 from ..models import Event
-from ..storage import Storage
+from ..storage.types import Storage
 from ..config import Settings
 
 
@@ -37,7 +37,7 @@ def resolve(session: Session, storage: Storage, settings: Settings, key: dict, f
         found = fallback.resolve(session, storage, settings, key, fallbacks, fallback_max_bytes) \
             if kind == "inductor-dir" else None
         if found is not None:
-            miss.version_id = found["version"]["id"]  # the exact key missed, a fallback delivered (cachesvc.browse.stats)
+            miss.version_id = found["version"]["id"]  # the exact key missed, a fallback delivered (readmodel.stats)
             return dict(found, reason=reason)
         return {"hit": False, "reason": reason, "nearest": explain.nearest(session, key)}
 

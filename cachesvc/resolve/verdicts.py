@@ -38,7 +38,7 @@ def _saved(versions: List[Version], verdict: str, first_call_seconds: Optional[f
 def record(session: Session, version_ids: List[int], verdict: str, fallback: str,
            first_call_seconds: Optional[float] = None, *, trusted: bool) -> List[dict]:
     """Count ``verdict`` on each version, and the verdict once in the stats (an event of its kind,
-    ``cachesvc.browse.stats``). It sets ``last_verdict`` (and may mark a problem) only when ``trusted`` (sent
+    ``cachesvc.readmodel.stats``). It sets ``last_verdict`` (and may mark a problem) only when ``trusted`` (sent
     with a token) and not a fallback's. An exact-key verdict that saw hits and says how long the restored
     process's first call took records the compile seconds it saved: the version's cold compile
     minus that first call, never below 0 (a fallback delivered another key's versions, whose cold

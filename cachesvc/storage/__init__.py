@@ -4,8 +4,9 @@ calls this), and nothing here imports the index, the database or the service's e
 
 ::
 
-    Storage (this module)  the interface: a local folder (local.py) or any S3-compatible bucket (s3.py),
-                           chosen by URL scheme (``from_url``); presigned URLs (presign.py)
+    Storage (types.py)     the interface, and the errors every backend raises: a local folder (local.py)
+                           or any S3-compatible bucket (s3.py), chosen by URL scheme (``from_url``, this
+                           module); presigned URLs (presign.py)
     decoding.py            the one bounded decoder of stored bytes (a bomb is a refusal, not an OOM)
 
 Object layout (the same on both backends)::
@@ -27,26 +28,17 @@ botocore type leaves this package.
 """
 from __future__ import annotations
 
-import abc
-import tempfile
-from typing import BinaryIO, Dict, Iterator, Optional
+from typing import Dict, Optional
 from urllib.parse import urlparse
 
-from cachesvc_client.rules import ENCODINGS  # the shared rule (the client decodes these)
+from cachesvc_client.shared.rules import ENCODINGS  # the shared rule (the client decodes these)
+
+from .types import BlobNotFound, ShortObject, Storage, StorageError
+
+__all__ = ["ENCODINGS", "INCOMING", "BlobNotFound", "ShortObject", "Storage", "StorageError", "blob_key",
+           "from_url", "incoming_key", "pack_key"]
 
 _SUFFIX = {"identity": "", "zstd": ".zst"}
-
-
-class StorageError(Exception):
-    """The backend failed (unreachable, denied, ...). Maps to 503."""
-
-
-class BlobNotFound(StorageError):
-    pass
-
-
-class ShortObject(StorageError):
-    """An object ends before the range asked for: it is not the object that was stored (replaced, or cut)."""
 
 
 def blob_key(digest: str, encoding: str) -> str:
@@ -68,84 +60,6 @@ def incoming_key(version_id: int, key: str) -> str:
     PUT. Commit checks it there and only then moves it to ``key``, so a presigned URL (valid for
     ``PRESIGN_EXPIRES`` after the commit too) can never write the bytes a committed version names."""
     return f"{INCOMING}{version_id}/{key}"
-
-
-class Storage(abc.ABC):
-    """Keys are '/'-separated strings relative to the backend's root/prefix.
-
-    Implementations are thread-safe.
-    """
-
-    @abc.abstractmethod
-    def put_file(self, key: str, path: str) -> None:
-        """Store the file at ``path`` under ``key`` atomically; ``path`` is consumed (moved or deleted)."""
-
-    @abc.abstractmethod
-    def open(self, key: str) -> BinaryIO:
-        """A readable stream of the object; raises BlobNotFound."""
-
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
-        """``length`` bytes of the object from ``offset``; raises BlobNotFound, ShortObject when the
-        object is shorter, StorageError."""
-        with self.open(key) as body:
-            skip = offset
-            while skip:
-                got = body.read(min(skip, 1 << 20))
-                if not got:
-                    break
-                skip -= len(got)
-            data = body.read(length)
-        if skip or len(data) != length:
-            raise ShortObject(f"{key} is shorter than {offset} + {length} bytes")
-        return data
-
-    @abc.abstractmethod
-    def stat(self, key: str) -> Optional[int]:
-        """The object's size in bytes, or None when it does not exist."""
-
-    @abc.abstractmethod
-    def delete(self, key: str) -> None:
-        """Remove the object; a missing object is not an error."""
-
-    @abc.abstractmethod
-    def iter_keys(self, prefix: str = "") -> Iterator[str]:
-        """Every key under ``prefix`` (for GC and tests)."""
-
-    def check(self) -> None:
-        """Raise StorageError unless the store answers (the readiness probe, ``/readyz``): one cheap
-        real call, a listing of at most one key. Bounded by the caller: a hung store may block it."""
-        next(iter(self.iter_keys("v1/")), None)
-
-    def upload_target(self, key: str, expires: int, size: int) -> Optional[Dict]:
-        """A presigned ``{"method", "url", "headers"}`` for a direct upload, or None
-        when bytes must go through the service. ``size``: the body's length, signed into the URL
-        (storage refuses a PUT of another length): every presigned upload is bounded."""
-        return None
-
-    def download_url(self, key: str, expires: int) -> Optional[str]:
-        """A presigned GET URL, or None when bytes must go through the service."""
-        return None
-
-    def promote(self, src: str, dst: str) -> None:
-        """Move object ``src`` to ``dst`` within the backend (an upload checked in its incoming place
-        becomes the stored object). Raises BlobNotFound, StorageError. Only a backend whose
-        ``upload_target`` presigns has incoming uploads to move."""
-        raise NotImplementedError(f"{type(self).__name__} hands out no presigned uploads to move into place")
-
-    def temp_dir(self) -> str:
-        """Where uploads are received before ``put_file`` stores them: a folder on the objects' own
-        filesystem where ``put_file`` renames (local), else the system's temp folder."""
-        return tempfile.gettempdir()
-
-    def sweep_incoming(self, older_than: float) -> int:
-        """Remove uploads left half-received in ``temp_dir`` (a service killed mid-upload) older than
-        ``older_than`` seconds; return how many. GC calls it with the upload lease. Nothing to sweep
-        where ``temp_dir`` is the system's (its files die with the process's container)."""
-        return 0
-
-    def local_path(self, key: str) -> Optional[str]:
-        """A filesystem path the service may send directly, if the backend has one."""
-        return None
 
 
 def from_url(url: str, settings: Optional[Dict] = None) -> Storage:

@@ -25,7 +25,7 @@ import io
 from typing import BinaryIO, Iterator, Optional
 
 import zstandard
-from cachesvc_client.rules import ENCODINGS, MAX_WINDOW, stored_limit  # the client's decoder's bounds too
+from cachesvc_client.shared.rules import ENCODINGS, MAX_WINDOW, stored_limit  # the client's decoder's bounds too
 
 #: the most decoded bytes one step hands out (and the input read at a time)
 CHUNK = 1 << 20

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Tuple
 
-from . import BlobNotFound, ShortObject, Storage, StorageError
+from .types import BlobNotFound, ShortObject, Storage, StorageError
 
 
 class LocalStorage(Storage):

@@ -24,7 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ..ttlcache import TTLCache
-from . import BlobNotFound, ShortObject, Storage, StorageError
+from .types import BlobNotFound, ShortObject, Storage, StorageError
 from .presign import GetPresigner
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}

@@ -2,7 +2,7 @@
 
 ``aoti_compile_and_package`` with ``aot_inductor.package_constants_in_so=False``: the package holds
 the compiled kernels and the wrapper (about 1.5 MB for the bench mlp), not the weights; the wrapper
-is linked with its own C++ runtime (cxx.py).
+is linked with its own C++ runtime (process/cxx.py).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import sys
 import time
 from typing import Dict, Optional, Sequence
 
-from . import cxx as cxx_mod
-from ..artifacts import LoadFailed
+from ..process import cxx as cxx_mod
+from ..errors import LoadFailed
 
 
 #: Inductor's own timers (torch._dynamo.utils.compilation_time_metrics) that say where a build's
@@ -60,7 +60,7 @@ def _phases(stdout: str) -> Dict[str, float]:
 def build_here(exported: str, path: str, mode: Optional[str], imports: Sequence[str] = ()) -> Dict[str, float]:
     """The child's part of ``build``; returns its phases in seconds: ``imports`` (torch, Inductor's config
     and the compiler wrapper's set-up, up to the build), ``package`` (``aoti_compile_and_package`` as a whole) and Inductor's own timers (``BUILD_TIMERS``).
-    The wrapper is linked with its own C++ runtime (cxx.py says why); where that cannot be done no
+    The wrapper is linked with its own C++ runtime (process/cxx.py says why); where that cannot be done no
     package is built: one that could crash the process loading it is worse than none."""
     started = time.monotonic()
     import torch

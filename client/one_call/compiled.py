@@ -21,7 +21,7 @@ from . import verify as verify_mod
 from .binding import Binding
 from .runner import Runner
 from ..errors import CacheClientError, HitRequired
-from ..fingerprint import shape_signature
+from ..process.fingerprint import shape_signature
 
 log = logging.getLogger("cachesvc_client")
 #: how long a call that goes to torch.compile on a hit waits for the background snapshot restore
@@ -258,12 +258,11 @@ class CompiledModel:
         """The package served the first call: tell the service, as ``client.verify()`` does after a snapshot
         restore, so its stats and pages count the hit and the compile seconds it saved (the package's
         build minus this first call). In a background thread; a failure only logs."""
-        body = {"versions": [self.report.version_id], "verdict": "paid_off", "fallback": "",
-                "first_call_seconds": round(first_call_seconds, 3)}
+        versions, spent = [self.report.version_id], round(first_call_seconds, 3)
 
         def send() -> None:
             try:
-                self.client.api.verdict(body)
+                self.client.report_verdict(versions, "paid_off", first_call_seconds=spent)
             except Exception as exc:  # noqa: BLE001 - statistics: never the serving process's trouble
                 log.info("cachesvc compile %s: could not report the hit: %s", self.name, exc)
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Tuple
 
 from . import proof
 from .calls import UNBOUNDED, canonical
-from ..artifacts import LoadFailed
+from ..errors import LoadFailed
 
 log = logging.getLogger("cachesvc_client")
 

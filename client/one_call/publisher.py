@@ -21,7 +21,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from . import build, ends, export, proof, support, verify
-from .. import artifacts
+from .. import onefile, settings
+from ..settings import PUBLISH_AT_EXIT_VAR as AT_EXIT_VAR
 from ..errors import CacheClientError
 
 log = logging.getLogger("cachesvc_client")
@@ -143,7 +144,7 @@ class Publisher:
             return {"skipped": f"the process that compiled this key published no package: {self._known_failure}"}
         if self._not_exported or not self._work:
             raise CacheClientError(self._not_exported or "the model was not exported")
-        path = os.path.join(self._work, artifacts.FILENAMES[support.KIND])
+        path = os.path.join(self._work, onefile.FILENAMES[support.KIND])
         started = time.monotonic()
         phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode, imports=self._imports)
         build_seconds = time.monotonic() - started
@@ -153,12 +154,15 @@ class Publisher:
         self._proof = ends.settle(c, self._proof, self._ends, failed)
         proof.attach(path, self._proof)
         check_seconds = time.monotonic() - checked
-        meta = dict(artifacts.artifact_meta(support.KIND, c.example_inputs, c.device),
-                    **support.host_meta(c.device), structure=c.tags["structure"])
+        meta = dict(support.host_meta(c.device), structure=c.tags["structure"])
         if c.spec.dynamic:  # the ranges the package serves (narrower than declared where export said so)
             meta[support.SERVED] = c.spec.served_text()[:support.META_CHARS]
-        report = artifacts.publish_file(c.client.api, self.key, support.KIND, path=path, meta=meta,
-                                        compile_seconds=build_seconds)
+        # through the client's door, as any caller publishes a package: the torch version, the inputs'
+        # signature and the device go into the metadata there, this host's and the ranges' here
+        key = self.key
+        report = c.client.publish_precompiled(key["name"], key["shape"], path, support.KIND, key["tags"],
+                                              example_inputs=c.example_inputs, device=c.device, env=key["env"],
+                                              compile_seconds=build_seconds, meta=meta)
         log.info("cachesvc compile %s: published the precompiled artifact (built in %.1f s: %s; checked in %.1f s): %s",
                  c.name, build_seconds, _phase_summary(phases), check_seconds, report.summary())
         return dict(report.to_dict(), build_s=build_seconds, build_phases=phases, check_s=check_seconds,
@@ -167,16 +171,16 @@ class Publisher:
 
 
 #: how long an exiting process waits for its publish (a package build is tens of seconds on a CPU)
-AT_EXIT_VAR = "CACHESVC_PUBLISH_AT_EXIT_S"
 AT_EXIT_S = 300.0
 
 
 def _at_exit_seconds() -> float:
+    given = settings.current().publish_at_exit
     try:
-        return max(0.0, float(os.environ.get(AT_EXIT_VAR, AT_EXIT_S)))
+        return max(0.0, float(given if given is not None else AT_EXIT_S))
     except ValueError:
         log.warning("cachesvc compile: %s=%r is not a number of seconds; using %.0f",
-                    AT_EXIT_VAR, os.environ.get(AT_EXIT_VAR), AT_EXIT_S)
+                    AT_EXIT_VAR, given, AT_EXIT_S)
         return AT_EXIT_S
 
 

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from .binding import live_constants  # noqa: F401 - the runner's constants, by name (verify, bench)
-from ..artifacts import LoadFailed
+from ..errors import LoadFailed
 
 log = logging.getLogger("cachesvc_client")
 

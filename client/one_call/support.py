@@ -6,19 +6,19 @@ against this process: torch, the CPU's vector ISA, the device, the C++ runtime i
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from . import cxx
+from ..process import cxx
 from .spec import tensor_inputs
 from ..client import REQUIRE_HIT_VAR, require_hit_from_env  # noqa: F401 - the variable is named in compiled.py errors
+from .. import settings
 from ..errors import CacheClientError
+from ..settings import COMPILE_ROUTE_VAR as ROUTE_VAR  # aoti | torch: force a route (benchmarks, debugging)
 
 KIND = "pt2-package"
 LOADER_API = ("run", "load_constants", "get_constant_fqns", "get_call_spec")
 #: meta value: the package has no weights; the loader is given the live model's
 CONSTANTS = "live"
-ROUTE_VAR = "CACHESVC_COMPILE_ROUTE"  # aoti | torch: force a route (benchmarks, debugging)
 ROUTES = ("aoti", "torch")
 #: the snapshot's meta key where the process that compiled a key says why it published no package
 PACKAGE_FAILED = "package_failed"
@@ -37,7 +37,7 @@ def require_hit(given: Optional[bool]) -> bool:
 
 def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> Tuple[str, str]:
     """(route, why): the best route this torch offers for these inputs and options."""
-    forced = os.environ.get(ROUTE_VAR, "").strip()
+    forced = settings.current().compile_route
     if forced:
         if forced not in ROUTES:
             raise CacheClientError(f"{ROUTE_VAR}={forced!r}: use one of {', '.join(ROUTES)}", code="invalid_request")

@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from .build import last_line
 from .calls import leaves
 from .runner import live_constants
-from ..artifacts import LoadFailed
+from ..errors import LoadFailed
 
 
 def perturb(model: Any) -> None:

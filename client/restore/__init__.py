@@ -3,7 +3,7 @@
     resolve (transport.api) -> plan.py -> fetch.py (download.py per blob) -> place.py
          pipeline.run: the three steps under one deadline, for every kind
          snapshot.restore: kind inductor-dir, into this process's roots
-         cachesvc_client.artifacts.fetch: the one-file kinds, into <cache dir>/.cachesvc/artifacts/
+         onefile.fetch: the one-file kinds, into <cache dir>/.cachesvc/artifacts/
 
 ``plan`` checks the manifest and decides each file's target (files already in
 place are counted, not fetched); ``fetch`` runs the transfers on a thread

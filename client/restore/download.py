@@ -27,8 +27,8 @@ import tempfile
 import threading
 from typing import BinaryIO, Callable, Optional
 
-from .. import decoding, frames
-from ..encoding import CHUNK, file_sha256
+from ..codec import decoding, frames
+from ..codec.encoding import CHUNK, file_sha256
 from ..errors import IntegrityError
 from ..transport import blobs
 from ..transport.deadlines import Deadline

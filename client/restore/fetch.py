@@ -22,8 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
-from .. import frames, packing
-from ..decoding import Decoders
+from ..codec import frames, packing
+from ..codec.decoding import Decoders
 from ..errors import CacheClientError, IntegrityError, ServiceUnavailable
 from ..progress import Progress
 from ..transport import blobs as transport_blobs

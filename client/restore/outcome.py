@@ -3,10 +3,11 @@ client, or the process exiting under it; and what a required hit says when there
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
-from .. import keys
+from .. import settings
+from ..settings import REQUIRE_HIT_VAR  # noqa: F401 - named here too (the CLI and the one call import it from here)
+from ..shared import keys
 from ..errors import CacheClientError, Forbidden, HitRequired, ServiceUnavailable, Unauthorized
 from ..report import RestoreReport
 
@@ -31,13 +32,11 @@ def why(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__} in cachesvc-client (a bug; please report it): {exc}"
 
 
-#: a miss is an error when this is 1, true or yes (CacheClient.restore, `cachesvc-client restore`, the one call)
-REQUIRE_HIT_VAR = "CACHESVC_REQUIRE_HIT"
 
 
 def require_hit_from_env() -> bool:
     """``$CACHESVC_REQUIRE_HIT`` is 1, true or yes (any case): a restore that misses must fail."""
-    return os.environ.get(REQUIRE_HIT_VAR, "").strip().lower() in ("1", "true", "yes")
+    return settings.current().require_hit
 
 
 def required(report: RestoreReport) -> str:

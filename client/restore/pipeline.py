@@ -7,7 +7,7 @@
     age(plan, written)                       old mtimes for what was written into extra roots (ninja)
 
 Every kind goes through here: the directory snapshot (``snapshot.restore``)
-and the one-file kinds (``cachesvc_client.artifacts.fetch``) differ only in
+and the one-file kinds (``restore.onefile.fetch``) differ only in
 their ``accept`` (which files, which folders) and in what they call a hit.
 The whole of it, resolve and the wait for another rank's lock included, runs
 under one ``Deadline`` (the budget). The signature check sits here for the same
@@ -21,7 +21,8 @@ import os
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from .. import roots as roots_mod, signing
+from ..process import roots as roots_mod
+from ..shared import signing
 from ..report import RestoreReport
 from ..transport.api import ServiceAPI
 from ..transport.deadlines import Deadline

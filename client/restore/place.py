@@ -23,7 +23,7 @@ from typing import Dict, Iterator, Optional, Tuple
 
 from filelock import FileLock, Timeout
 
-from .. import roots as roots_mod
+from ..process import roots as roots_mod
 from ..errors import ServiceUnavailable
 from ..transport.deadlines import Deadline
 from .plan import Targets

@@ -16,8 +16,8 @@ import dataclasses
 import os
 from typing import Dict, List, Optional, Tuple
 
-from .. import roots as roots_mod
-from ..encoding import same_file
+from ..process import roots as roots_mod
+from ..codec.encoding import same_file
 from ..errors import IntegrityError
 from ..report import RestoreReport
 

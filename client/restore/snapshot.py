@@ -20,7 +20,7 @@ Guarantees:
   restore removes once their process is gone.
 - The budget holds whatever the servers do (``transport.deadlines``): transfers still
   running at its end are cut off and their files left out.
-- Small blobs may lie in packs (``cachesvc_client.packing``): a pack is read
+- Small blobs may lie in packs (``cachesvc_client.codec.packing``): a pack is read
   whole or by ``Range`` runs, and each member is decoded, verified and placed
   on its own, so a bad member fails only its files.
 - Files already present with the right content are not fetched again; files
@@ -43,10 +43,10 @@ import functools
 import os
 from typing import Dict, Optional, Sequence
 
-from .. import roots as roots_mod
-from ..fingerprint import torch_dir
+from ..process import roots as roots_mod
+from ..process.fingerprint import torch_dir
 from ..report import RestoreReport
-from ..signing import Trust
+from ..shared.signing import Trust
 from ..transport.api import ServiceAPI
 from .pipeline import run
 from .place import STATE_DIR

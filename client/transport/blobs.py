@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, Optional, Tuple
 import requests
 import urllib3
 
-from .. import decoding
+from ..codec import decoding
 from ..errors import Answer, IntegrityError, ServiceUnavailable, describe_failure, raise_for_response
 from .deadlines import Deadline
 from .session import CHUNK, Transport

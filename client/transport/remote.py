@@ -29,7 +29,8 @@ from typing import Dict, Iterator, Optional
 
 import requests
 
-from .. import answers, keys
+from .. import answers
+from ..shared import keys
 from ..errors import Answer, CacheClientError, describe_failure, excerpt
 from .deadlines import Deadline
 from .session import new_session, read_bounded

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cachesvc_client import CacheClient, answers
 from cachesvc_client.report import RestoreReport
 from tests.helpers import ENV, sha
-from tests.client.test_publish_restore import enter_container
-from tests.reliability.conftest import SHAPE, final_files, publish_files, temp_files, write_files
+from tests.helpers.client import enter_container
+from tests.helpers.restores import SHAPE, final_files, publish_files, temp_files, write_files
 from tests.reliability.http_faults import FaultyHTTP
 
 NAME = "fuzzed"

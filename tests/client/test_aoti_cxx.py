@@ -1,4 +1,4 @@
-"""The compiler a package's wrapper is built with carries its own C++ runtime, hidden (client/one_call/cxx.py).
+"""The compiler a package's wrapper is built with carries its own C++ runtime, hidden (client/process/cxx.py).
 
 A package whose wrapper used the process's libstdc++ died of SIGSEGV at load
 on the H200 machine, whose compiler was newer than that runtime. These build a real shared library through the wrapping script with
@@ -14,8 +14,9 @@ import subprocess
 
 import pytest
 
-from cachesvc_client.one_call import build as package_build, cxx as aoti_cxx, export, support
-from cachesvc_client.artifacts import LoadFailed
+from cachesvc_client.one_call import build as package_build, export, support
+from cachesvc_client.process import cxx as aoti_cxx
+from cachesvc_client.errors import LoadFailed
 
 torch = pytest.importorskip("torch")
 

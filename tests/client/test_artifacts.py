@@ -12,18 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from cachesvc_client import CacheClient, CacheClientError, artifacts, load_precompiled
-from tests.client.test_publish_restore import enter_container
+from cachesvc_client import CacheClient, CacheClientError, errors, load_precompiled
+from cachesvc_client.process import torch_support
+from cachesvc_client.publish.onefile import publish_file
+from tests.helpers.client import enter_container
 from tests.helpers import ENV
-
-ONE_BACKEND = [pytest.mark.parametrize("storage_settings", ["local"], indirect=True),
-               pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
-
-
-def one_backend(fn):
-    for mark in ONE_BACKEND:
-        fn = mark(fn)
-    return fn
+from tests.helpers.backends import one_backend
+from tests.helpers.client import enter_container
 
 NAME, SHAPE = "mlp", "f32[8,256]"
 
@@ -73,21 +68,21 @@ def test_load_precompiled_says_why_it_cannot_load(tmp_path, monkeypatch):
 
     path = tmp_path / "fn.aot"
     path.write_bytes(b"not a pickle")
-    with pytest.raises(artifacts.Unsupported, match="made by torch 2.0.0; this process has torch"):
+    with pytest.raises(errors.Unsupported, match="made by torch 2.0.0; this process has torch"):
         load_precompiled(str(path), kind="aot-function", meta={"torch": "2.0.0"})
-    with pytest.raises(artifacts.LoadFailed, match="could not load the aot-function artifact"):
+    with pytest.raises(errors.LoadFailed, match="could not load the aot-function artifact"):
         load_precompiled(str(path), kind="aot-function", meta={"torch": torch.__version__})
     if not torch.cuda.is_available():
-        with pytest.raises(artifacts.Unsupported, match="no CUDA device"):
+        with pytest.raises(errors.Unsupported, match="no CUDA device"):
             load_precompiled(str(path), kind="pt2-package", meta={"device": "cuda"})
     with pytest.raises(ValueError, match="kind must be one of aot-function, pt2-package"):
         load_precompiled(str(path), kind="mega-cache")
     # an older torch without the API (2.11 lacks some): feature detection, not the version string
     monkeypatch.delattr(torch.compiler, "load_compiled_function")
-    assert "torch.compiler.load_compiled_function" in artifacts.support("aot-function")
-    with pytest.raises(artifacts.Unsupported, match="has no torch.compiler.load_compiled_function.*inductor-dir"):
+    assert "torch.compiler.load_compiled_function" in torch_support.support("aot-function")
+    with pytest.raises(errors.Unsupported, match="has no torch.compiler.load_compiled_function.*inductor-dir"):
         load_precompiled(str(path), kind="aot-function", meta={"torch": torch.__version__})
-    assert artifacts.support("mega-cache") is None and artifacts.support("inductor-dir") is None
+    assert torch_support.support("mega-cache") is None and torch_support.support("inductor-dir") is None
 
 
 @one_backend
@@ -96,11 +91,11 @@ def test_mega_cache_load_failure_is_a_miss_unless_strict(live_server, tmp_path, 
     blob = tmp_path / "mega.bin"
     blob.write_bytes(b"not a mega-cache")
     client = CacheClient(live_server.url, timeout=10)
-    artifacts.publish_file(client.api, client.key(NAME, SHAPE, env=ENV), "mega-cache", path=str(blob),
-                           meta={"torch": "x"})
+    publish_file(client.api, client.key(NAME, SHAPE, env=ENV), "mega-cache", path=str(blob),
+                 meta={"torch": "x"})
     fetched = client.restore(NAME, SHAPE, env=ENV, kind="mega-cache")
     assert fetched.hit and fetched.loaded is None
     miss = client.restore(NAME, SHAPE, env=ENV, kind="mega-cache", load=True)
     assert not miss.hit and "load_cache_artifacts refused" in miss.reason
-    with pytest.raises(artifacts.LoadFailed):
+    with pytest.raises(errors.LoadFailed):
         client.restore(NAME, SHAPE, env=ENV, kind="mega-cache", load=True, strict=True)

@@ -29,11 +29,12 @@ import pytest
 import zstandard
 
 from cachesvc.storage import blob_key, pack_key
-from cachesvc_client import CacheClient, decoding, frames
+from cachesvc_client import CacheClient
+from cachesvc_client.codec import decoding, frames
 from cachesvc_client.errors import IntegrityError
-from tests.client.test_frames import blob_bytes
+from tests.helpers.client import blob_bytes
 from tests.helpers import ENV, sha
-from tests.reliability.conftest import ENV_VARS, SHAPE, final_files, publish_files, temp_files, write_files
+from tests.helpers.restores import ENV_VARS, SHAPE, final_files, publish_files, temp_files, write_files
 from tests.reliability.faults import client_env
 
 pytestmark = pytest.mark.backends("storage")  # bombs placed in each backend's storage

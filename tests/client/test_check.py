@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cachesvc_client import CacheClient, signing
+from cachesvc_client import CacheClient
+from cachesvc_client.shared import signing
 from tests.helpers import ENV
 
 NAME, SHAPE = "gate", "f32[8,8]"

@@ -19,10 +19,10 @@ import pytest
 
 from cachesvc_client import __version__
 from cachesvc_client.report import RestoreReport
-from cachesvc_client.verify import judge, record_verdict
+from cachesvc_client.verdicts import judge, record_verdict
 from harness.containers import inherited_env
-from tests.client.test_artifacts import one_backend
 from tests.helpers import ENV, foreign_web_server, key, publish
+from tests.helpers.backends import one_backend
 
 NAME, SHAPE = "mlp", "f32[8,256]"
 ENV_VARS = {f"CACHESVC_ENV_{k.upper()}": v for k, v in ENV.items()}  # the key's environment, no torch import
@@ -193,12 +193,12 @@ def test_publishing_an_empty_cache_dir_is_refused_whatever_neighbours_left_in_th
                                                                                                    tmp_path):
     """Issue 27 item 3: other processes' precompiled headers under the host's default temp dir are not this
     compile's; a publish of an empty cache dir is refused (exit 1, one line) and commits nothing."""
-    from cachesvc_client import roots
+    from cachesvc_client.process import roots
 
     env = {**container(tmp_path), **ENV_VARS, "CACHESVC_URL": live_server.url,
            "CACHESVC_TOKEN": live_server.app.config["TOKENS"]["write"]}
     (tmp_path / "ctr" / "cache").mkdir()
-    pch = subprocess.run([sys.executable, "-c", "from cachesvc_client import roots; print(roots.resolve_root('pch'))"],
+    pch = subprocess.run([sys.executable, "-c", "from cachesvc_client.process import roots; print(roots.resolve_root('pch'))"],
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert pch.startswith(env["TMPDIR"]) and "pch" in roots.SHARED_ROLES
     os.makedirs(pch)
@@ -212,7 +212,7 @@ def test_publishing_an_empty_cache_dir_is_refused_whatever_neighbours_left_in_th
         "Authorization": f"Bearer {live_server.app.config['TOKENS']['read']}"}).json["total"] == 0
 
 
-NEIGHBOUR = "import os, sys\nfrom cachesvc_client import roots\nfor role in ('pch', 'memo', 'triton'):\n" \
+NEIGHBOUR = "import os, sys\nfrom cachesvc_client.process import roots\nfor role in ('pch', 'memo', 'triton'):\n" \
             "    os.makedirs(roots.resolve_root(role), exist_ok=True)\n" \
             "    with open(os.path.join(roots.resolve_root(role), 'neighbour-' + role + '.h.gch'), 'wb') as f:\n" \
             "        f.write(os.urandom(40_000))\nprint(roots.default_cache_dir())\n"
@@ -369,7 +369,7 @@ def test_ls_and_stats_show_the_services_keys_versions_and_totals(live_server, cl
 
 @pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 def test_ls_pages_through_every_entry(live_server, client, tokens):
-    from cachesvc_client import inventory
+    from cachesvc_client.cli import inventory
     from cachesvc_client.transport import ServiceAPI
 
     for i in range(7):

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 import cachesvc_client  # noqa: E402
 from cachesvc_client.one_call import support  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
-from tests.client.test_artifacts import one_backend  # noqa: E402
-from tests.client.test_publish_restore import client_for, enter_container  # noqa: E402
+from tests.helpers.backends import one_backend  # noqa: E402
+from tests.helpers.client import client_for, enter_container  # noqa: E402
 
 pytestmark = [*INDUCTOR_IN_PROCESS_MARKS, pytest.mark.usefixtures("restore_recursion_limit")]
 

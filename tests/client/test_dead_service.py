@@ -26,9 +26,9 @@ import pytest
 from bench.dead_service import UNROUTABLE, in_blackhole
 from cachesvc_client import CacheClient, CacheClientError
 from cachesvc_client.transport import ServiceAPI
-from tests.client.test_publish_restore import closed_port, enter_container
+from tests.helpers.client import closed_port, enter_container
 from tests.helpers import ENV, foreign_web_server
-from tests.reliability.conftest import ENV_VARS
+from tests.helpers.restores import ENV_VARS
 from tests.reliability.faults import client_env
 
 NAME, SHAPE = "dead", "f32[1]"

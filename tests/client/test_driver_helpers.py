@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cachesvc_client import driver_helpers, roots as roots_mod
-from tests.client.test_publish_restore import NAME, SHAPE, client_for, enter_container, fill
+from cachesvc_client.process import driver_helpers, roots as roots_mod
+from tests.helpers.client import NAME, SHAPE, client_for, enter_container, fill
 from tests.helpers import ENV, sha
 
 SUFFIX = f".cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"

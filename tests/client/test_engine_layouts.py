@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cachesvc_client.roots import default_roots, resolve_root
+from cachesvc_client.process.roots import default_roots, resolve_root
 from tests.deploy.processes import SQLITE_LOCAL, base_env
 from tests.helpers import ENV
 

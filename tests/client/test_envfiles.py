@@ -1,4 +1,4 @@
-"""cachesvc_client.envfiles: the fingerprint without importing torch equals the one torch gives."""
+"""cachesvc_client.process.envfiles: the fingerprint without importing torch equals the one torch gives."""
 from __future__ import annotations
 
 import os
@@ -6,9 +6,9 @@ import platform
 
 import pytest
 
-from cachesvc_client import envfiles
-from cachesvc_client.fingerprint import FIELDS
-from tests.client.test_fingerprint import run_python
+from cachesvc_client.process import envfiles
+from cachesvc_client.process.fingerprint import FIELDS
+from tests.helpers.client import run_python
 
 
 @pytest.fixture
@@ -21,10 +21,10 @@ def clean_env(monkeypatch):
 def test_same_key_as_the_torch_fingerprint_and_torch_stays_unimported(clean_env):
     out = run_python("""
         import json, sys
-        from cachesvc_client import envfiles
+        from cachesvc_client.process import envfiles
         early = envfiles.environment()
         imported = "torch" in sys.modules or "triton" in sys.modules
-        from cachesvc_client import fingerprint
+        from cachesvc_client.process import fingerprint
         print(json.dumps({"early": early, "imported": imported, "torch": fingerprint.environment()}))
     """, env=dict(os.environ))
     assert out["imported"] is False
@@ -72,7 +72,7 @@ def test_cuda_build_fields_come_from_torch_version_py(tmp_path, clean_env):
                                 "cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n")
     out = run_python("""
         import json
-        from cachesvc_client import envfiles
+        from cachesvc_client.process import envfiles
         print(json.dumps(envfiles.environment()))
     """, env=env)
     assert out["torch"] == "2.13.0+cu128" and out["cuda"] == "cuda-12.8"
@@ -84,6 +84,6 @@ def test_rocm_builds_are_left_to_torch(tmp_path, clean_env):
     env = _fake_torch(tmp_path, "__version__ = '2.13.0+rocm6.2'\ncuda = None\nhip = '6.2.41133-dd7f95766'\n")
     assert run_python("""
         import json
-        from cachesvc_client import envfiles
+        from cachesvc_client.process import envfiles
         print(json.dumps(envfiles.environment()))
     """, env=env) is None

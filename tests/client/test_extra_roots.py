@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cachesvc_client import CacheClient, roots
-from cachesvc_client.keys import InvalidKey
+from cachesvc_client import CacheClient
+from cachesvc_client.process import roots
+from cachesvc_client.shared.keys import InvalidKey
 from cachesvc_client.restore.pipeline import LONG_AGO
 from tests.helpers import ENV
 

@@ -10,9 +10,9 @@ import pytest
 
 from cachesvc_client import CacheClient
 from cachesvc_client.report import describe_differences
-from cachesvc_client.verify import judge
+from cachesvc_client.verdicts import judge
 from harness.containers import inherited_env
-from tests.client.test_publish_restore import enter_container, write
+from tests.helpers.client import enter_container, write
 from tests.helpers import ENV
 
 LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)

@@ -1,19 +1,18 @@
-"""cachesvc_client.fingerprint: environment() and shape_signature()."""
+"""cachesvc_client.process.fingerprint: environment() and shape_signature()."""
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from cachesvc_client import fingerprint
-from cachesvc_client.fingerprint import FIELDS, environment, shape_signature
+from cachesvc_client.process import fingerprint
+from cachesvc_client.process.fingerprint import FIELDS, environment, shape_signature
+from tests.helpers.client import run_python
 
 CLIENT_DIR = Path(fingerprint.__file__).resolve().parent
 
@@ -25,18 +24,11 @@ def clean_overrides(monkeypatch):
             monkeypatch.delenv(name)
 
 
-def run_python(code: str, env=None, python: str = sys.executable) -> dict:
-    proc = subprocess.run([python, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 # ------------------------------------------------------------------ environment
 
 
 def test_fields_match_the_key_rules():
-    from cachesvc_client import keys
+    from cachesvc_client.shared import keys
 
     assert FIELDS == keys.ENV_FIELDS
 
@@ -99,7 +91,7 @@ def test_empty_override_is_ignored(monkeypatch, clean_overrides):
 def test_import_does_not_import_torch():
     out = run_python("""
         import json, sys
-        import cachesvc_client.fingerprint, cachesvc_client.roots
+        import cachesvc_client.process.fingerprint, cachesvc_client.process.roots
         print(json.dumps({"torch": "torch" in sys.modules, "triton": "triton" in sys.modules}))
     """)
     assert out == {"torch": False, "triton": False}
@@ -117,7 +109,7 @@ def test_triton_version_is_read_without_importing_triton(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p])
     out = run_python("""
         import json, sys
-        from cachesvc_client import fingerprint
+        from cachesvc_client.process import fingerprint
         print(json.dumps({"triton": fingerprint._triton_version(), "imported": "triton" in sys.modules}))
     """, env=env)
     assert out == {"triton": "3.9.9", "imported": False}
@@ -129,7 +121,7 @@ def test_fully_overridden_environment_never_imports_torch(clean_overrides):
         env[f"CACHESVC_ENV_{field.upper()}"] = f"fake-{field}"
     out = run_python("""
         import json, sys
-        from cachesvc_client.fingerprint import environment
+        from cachesvc_client.process.fingerprint import environment
         e = environment()
         print(json.dumps({"env": e, "torch": "torch" in sys.modules}))
     """, env=env)

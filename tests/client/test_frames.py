@@ -4,24 +4,14 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import random
 
 import pytest
 import zstandard
 
 from cachesvc.storage.decoding import BadBlob, decode_all
-from cachesvc_client import frames
-from cachesvc_client.encoding import encode
-
-
-def blob_bytes(size: int, seed: int = 1) -> bytes:
-    """Compressible but not trivial content (random runs between repeated tokens)."""
-    rng = random.Random(seed)
-    vocab = [rng.randbytes(16) for _ in range(64)]
-    out = bytearray()
-    while len(out) < size:
-        out += rng.randbytes(512) if rng.random() < 0.1 else b"".join(rng.choices(vocab, k=256))
-    return bytes(out[:size])
+from cachesvc_client.codec import frames
+from cachesvc_client.codec.encoding import encode
+from tests.helpers.client import blob_bytes
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import requests
 
 from cachesvc.models import Blob
 from cachesvc.storage import blob_key, pack_key
-from tests.client.test_publish_restore import client_for, enter_container, write
+from tests.helpers.client import client_for, enter_container, write
 from tests.helpers import ENV, sha
 
 pytestmark = pytest.mark.parametrize("database_url,storage_settings", [

@@ -1,4 +1,4 @@
-"""cachesvc_client.keyenv: the key's environment from an env file, the overrides, or this process.
+"""cachesvc_client.process.keyenv: the key's environment from an env file, the overrides, or this process.
 
 An init container without torch or a GPU reads ``torch none`` or ``device x86_64`` and keys
 apart from its app; the env file the app image writes (``cachesvc-client env --json``) keys
@@ -16,8 +16,9 @@ import threading
 
 import pytest
 
-from cachesvc_client import CacheClient, keyenv, load_env_file
-from cachesvc_client.fingerprint import environment
+from cachesvc_client import CacheClient, load_env_file
+from cachesvc_client.process import keyenv
+from cachesvc_client.process.fingerprint import environment
 from harness.containers import inherited_env
 from tests.helpers import ENV
 

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of the key and path rules in ``cachesvc_client.keys``, and of
+"""Property-based tests (hypothesis) of the key and path rules in ``cachesvc_client.shared.keys``, and of
 restore's on-disk guard ``safe_target`` (issue 5, part 1: property tests for the path and key rules)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 from cachesvc_client.restore.plan import safe_target
 
 #: Deterministic for CI (derandomize), no example database written to the work tree.

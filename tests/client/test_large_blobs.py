@@ -13,9 +13,9 @@ import requests
 import zstandard
 
 from cachesvc.storage import blob_key
-from cachesvc_client import CacheClient, frames
-from tests.client.test_frames import blob_bytes
-from tests.client.test_publish_restore import enter_container, write
+from cachesvc_client import CacheClient
+from cachesvc_client.codec import frames
+from tests.helpers.client import blob_bytes, enter_container, write
 from tests.helpers import ENV, sha, zstd_target
 
 pytestmark = pytest.mark.backends("storage")  # through the service (local), or presigned and read back (S3)

@@ -23,7 +23,7 @@ from cachesvc.models import Version, VersionFile
 from cachesvc_client import CacheClient
 from cachesvc_client.restore.place import place
 from tests.helpers import ENV, sha
-from tests.reliability.conftest import SHAPE, final_files, publish_files, temp_files, write_files
+from tests.helpers.restores import SHAPE, final_files, publish_files, temp_files, write_files
 from tests.reliability.http_faults import FaultyHTTP
 
 NAME = "temps"

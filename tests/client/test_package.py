@@ -1,4 +1,4 @@
-"""The package's face: ``import cachesvc_client.keys`` (what the service and an init container's key rules
+"""The package's face: ``import cachesvc_client.shared.keys`` (what the service and an init container's key rules
 need) imports the standard library only, and the public names still come from ``cachesvc_client``."""
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ def _modules_after(statement: str) -> list:
 
 
 def test_importing_the_shared_key_rules_imports_no_third_party_module():
-    loaded = _modules_after("import cachesvc_client.keys, cachesvc_client.units")
-    assert "cachesvc_client.keys" in loaded  # the probe sees imports at all
+    loaded = _modules_after("import cachesvc_client.shared.keys, cachesvc_client.shared.units")
+    assert "cachesvc_client.shared.keys" in loaded  # the probe sees imports at all
     assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
-    assert [m for m in loaded if m.startswith("cachesvc_client.")] == ["cachesvc_client.keys",
-                                                                       "cachesvc_client.units"]
+    assert [m for m in loaded if m.startswith("cachesvc_client.")] == ["cachesvc_client.shared",
+                                                                       "cachesvc_client.shared.keys",
+                                                                       "cachesvc_client.shared.units"]
 
 
 def test_the_public_names_are_importable_from_the_package_and_import_their_module_on_first_use():
@@ -32,7 +33,7 @@ def test_the_public_names_are_importable_from_the_package_and_import_their_modul
     assert "cachesvc_client.client" in loaded and "requests" in loaded
     for name in cachesvc_client.__all__:
         assert getattr(cachesvc_client, name) is not None, name
-    assert cachesvc_client.apply_torch_fixes is cachesvc_client.torch_fixes.apply
+    assert cachesvc_client.apply_torch_fixes is cachesvc_client.process.torch_fixes.apply
     assert set(cachesvc_client.__all__) <= set(dir(cachesvc_client))
 
 

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import select
 
 from cachesvc.models import Blob, Pack
-from cachesvc_client import CacheClient, packing
+from cachesvc_client import CacheClient
+from cachesvc_client.codec import packing
 from cachesvc_client.transport import blobs
 from tests.helpers import ENV, sha
 

@@ -69,7 +69,7 @@ def test_publish_and_restore_count_blobs_files_and_wire_bytes_as_their_summaries
     for rel, data in files.items():
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_bytes(data)
-    monkeypatch.setattr("cachesvc_client.publish.Progress", Recorder)
+    monkeypatch.setattr("cachesvc_client.publish.snapshot.Progress", Recorder)
     monkeypatch.setattr("cachesvc_client.restore.fetch.Progress", Recorder)
     client = CacheClient(live_server.url, cache_dir=str(tmp_path / "cache"), timeout=30)
     pub = client.publish("mlp", "f32[8,256]", env=ENV, roots={"inductor": str(src)})

@@ -7,7 +7,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,59 +18,9 @@ from cachesvc.storage import pack_key
 from cachesvc_client import CacheClient, CacheClientError
 from harness.containers import inherited_env
 from tests.helpers import ENV, sha
+from tests.helpers.client import NAME, SHAPE, client_for, closed_port, enter_container, fill, write
 
 pytestmark = pytest.mark.backends("storage")  # bytes through the service (local), or presigned (S3)
-
-NAME, SHAPE = "mlp", "f32[8,256]"
-
-
-def enter_container(monkeypatch, root: Path) -> Path:
-    """Make this process look like a fresh container rooted at ``root`` (own HOME, TMPDIR, cache dir)."""
-    for sub in ("home", "tmp", "cache"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    monkeypatch.setenv("HOME", str(root / "home"))
-    monkeypatch.setenv("TMPDIR", str(root / "tmp"))
-    monkeypatch.setattr(tempfile, "tempdir", str(root / "tmp"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root / "cache"))
-    # Triton's own dir in the container's HOME, set as a container's own (unset, ~/.triton is the host's
-    # shared default, which a publish leaves out: publish.host_default)
-    monkeypatch.setenv("TRITON_HOME", str(root / "home"))
-    for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH"):
-        monkeypatch.delenv(var, raising=False)
-    return root
-
-
-def write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    path.chmod(mode)
-
-
-def fill(root: Path) -> dict:
-    """Files like a warm CPU/GPU process leaves, in every root; returns {abs path: bytes} of what must travel."""
-    user = os.environ.get("USER") or __import__("getpass").getuser()
-    files = {
-        root / "cache/fxgraph/3a/fkey/entry": b"fx" * 500,
-        root / "cache/aotautograd/akey/entry": b"aot" * 300,
-        root / "cache/sj/csj.main.cpp": b"int main(){}" * 50,
-        root / "cache/sj/csj.main.so": b"\x7fELF" + os.urandom(20000),
-        root / "cache/triton/0/KEY/kernel.cubin": os.urandom(4000),
-        root / f"tmp/torchinductor_{user}/precompiled_headers/cgd6.h": b"#include <x>\n",
-        root / f"tmp/torchinductor_{user}/precompiled_headers/cgd6.h.gch": b"G" * 300000,
-        root / "home/.triton/cache/LAUNCH/launcher.so": os.urandom(3000),
-    }
-    for p, d in files.items():
-        write(p, d, 0o755 if p.suffix == ".so" else 0o644)
-    # junk and things that must not travel
-    write(root / "cache/locks/abc.lock", b"")
-    write(root / "cache/sj/csj.main.so.12.34.tmp", b"half")
-    write(root / f"tmp/torchinductor_{user}/precompiled_headers/locks/cgd6.lock", b"")
-    (root / "cache/link.so").symlink_to(root / "cache/sj/csj.main.so")
-    return files
-
-
-def client_for(url: str, **kw) -> CacheClient:
-    return CacheClient(url, timeout=kw.pop("timeout", 10), **kw)
 
 
 def rebase(files: dict, old: Path, new: Path) -> dict:
@@ -250,12 +199,6 @@ def test_restore_does_not_write_through_a_symlink_in_the_cache_dir(published, tm
     assert list(outside.iterdir()) == []
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_service_down_gives_a_miss_quickly_and_strict_raises(tmp_path, monkeypatch):
     enter_container(monkeypatch, tmp_path / "b")
     client = CacheClient(f"http://127.0.0.1:{closed_port()}", timeout=3)
@@ -377,7 +320,7 @@ def test_ranks_restoring_into_one_cache_dir_at_once_write_each_file_once(publish
 @pytestmark_storage
 def test_start_restore_finds_what_the_torch_fingerprint_published(live_server, tmp_path, monkeypatch):
     """The background restore keys by envfiles (no torch); the publisher by the torch fingerprint."""
-    from cachesvc_client import fingerprint
+    from cachesvc_client.process import fingerprint
 
     for name in list(os.environ):
         if name.startswith("CACHESVC_ENV_"):
@@ -405,7 +348,7 @@ def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
     A stand-in config module: importing torch here would change what later tests of this process see."""
     import types
 
-    from cachesvc_client.publish import keying_warnings
+    from cachesvc_client.publish.snapshot import keying_warnings
 
     monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
     config = types.SimpleNamespace(enable_remote_autograd_cache=True)

@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from cachesvc_client import CacheClient, publish as publish_mod
+from cachesvc_client import CacheClient
+from cachesvc_client.publish import snapshot as publish_mod
 from cachesvc_client.transport import ServiceAPI
 from tests.helpers import ENV, publish_body, set_settings, sha
 

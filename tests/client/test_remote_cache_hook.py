@@ -13,27 +13,17 @@ import socket
 import pytest
 
 import cachesvc_client
-from cachesvc_client import keys, remote_cache
+from cachesvc_client.shared import keys
+from cachesvc_client import remote_cache
 from tests.helpers import ENV, set_settings
+from tests.helpers.remote_cache import _undo_hook, database_url  # noqa: F401 - fixtures: sqlite, unhook
 
 torch = pytest.importorskip("torch")
-
-
-
-@pytest.fixture
-def database_url(sqlite_url):  # the service side is tested on every backend in tests/service
-    return sqlite_url
 
 
 @pytest.fixture
 def storage_settings(local_storage_settings):
     return local_storage_settings
-
-
-@pytest.fixture(autouse=True)
-def _undo_hook():
-    yield
-    cachesvc_client.disable_remote_cache()
 
 
 def closed_port_url() -> str:

@@ -19,8 +19,8 @@ import zstandard
 import cachesvc_client
 from cachesvc.storage import blob_key
 from cachesvc_client import remote_cache
-from tests.client.test_remote_cache_hook import _undo_hook, database_url  # noqa: F401 - fixtures: sqlite, unhook
 from tests.helpers import ENV, sha
+from tests.helpers.remote_cache import _undo_hook, database_url  # noqa: F401 - fixtures: sqlite, unhook
 from tests.reliability.http_faults import FaultyHTTP
 
 pytestmark = pytest.mark.backends("storage")  # remote-cache values replaced in each backend's storage

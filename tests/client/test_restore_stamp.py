@@ -12,15 +12,15 @@ version 1, with same-size files of different content at one path.
 from __future__ import annotations
 
 import cachesvc
-from tests.client.test_artifacts import one_backend
-from tests.client.test_publish_restore import NAME, SHAPE, client_for, enter_container
-from tests.conftest import LiveServer, _migrated, make_tokens
+from tests.helpers.backends import one_backend
+from tests.helpers.client import NAME, SHAPE, client_for, enter_container
+from tests.helpers.apps import LiveServer, make_tokens, migrated
 from tests.helpers import ENV
 
 
 def second_service(tmp_path):
     app = cachesvc.create_app({"TESTING": True, "DATA_DIR": str(tmp_path / "b-data"),
-                               "DATABASE_URL": _migrated(f"sqlite:///{tmp_path / 'b.db'}"),
+                               "DATABASE_URL": migrated(f"sqlite:///{tmp_path / 'b.db'}"),
                                "STORAGE_URL": (tmp_path / "b-blobs").as_uri(), "HIT_FLUSH_SECONDS": 0,
                                "TOKEN_CACHE_SECONDS": 0})
     server = LiveServer(app)

@@ -1,4 +1,4 @@
-"""cachesvc_client.roots: where each root lives, what is junk, and the walk."""
+"""cachesvc_client.process.roots: where each root lives, what is junk, and the walk."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cachesvc_client import roots
-from cachesvc_client.roots import ROLES, Root, default_roots, is_junk, resolve_root, walk
+from cachesvc_client.process import roots
+from cachesvc_client.process.roots import ROLES, Root, default_roots, is_junk, resolve_root, walk
 
 
 def run_python(code: str, env: dict, timeout: float = 120) -> dict:
@@ -35,7 +35,7 @@ def bare_env(tmp_path: Path, **extra: str) -> dict:
 
 RESOLVE_ALL = """
     import json
-    from cachesvc_client import roots
+    from cachesvc_client.process import roots
     print(json.dumps({r: roots.resolve_root(r, None) for r in roots.ROLES}))
 """
 
@@ -85,7 +85,7 @@ def test_resolution_matches_torch(tmp_path):
     pytest.importorskip("torch")
     code = """
         import json, os
-        from cachesvc_client import roots
+        from cachesvc_client.process import roots
         mine = {r: roots.resolve_root(r, None) for r in ("inductor", "pch", "memo")}
         mine["default"] = roots.default_cache_dir()
         from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
@@ -142,7 +142,7 @@ def test_unknown_role(role):
 
 
 def test_roles_pass_the_key_rules():
-    from cachesvc_client import keys
+    from cachesvc_client.shared import keys
 
     for role in ROLES:
         assert keys.check_role(role) == role
@@ -322,7 +322,7 @@ def test_walk_default_roots_publishes_each_file_once(tmp_path):
     (default / "fxgraph" / "e").write_text("e")
     out = run_python("""
         import json
-        from cachesvc_client import roots
+        from cachesvc_client.process import roots
         seen = []
         for r in roots.default_roots(None):
             seen += [[r.role, rel, abspath] for rel, abspath, _, _ in roots.walk(r.path, exclude=r.exclude)]
@@ -345,7 +345,7 @@ def test_real_compile_roots(tmp_path):
         m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
         with torch.no_grad():
             torch.compile(m)(torch.randn(2, 16))
-        from cachesvc_client import roots
+        from cachesvc_client.process import roots
         out = {}
         for r in roots.default_roots(None):
             out[r.role] = [rel for rel, _, _, _ in roots.walk(r.path, exclude=r.exclude)]

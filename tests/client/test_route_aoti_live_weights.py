@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from cachesvc_client.one_call import build, export, support, verify  # noqa: E402
 from cachesvc_client.one_call.runner import Runner, live_constants  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
-from cachesvc_client.artifacts import LoadFailed  # noqa: E402
+from cachesvc_client.errors import LoadFailed  # noqa: E402
 
 pytestmark = [*INDUCTOR_IN_PROCESS_MARKS, pytest.mark.usefixtures("restore_recursion_limit")]
 

@@ -63,7 +63,7 @@ def test_bf16_rounding_within_eagers_own_error_passes_and_another_models_answer_
 
 def test_the_first_call_check_holds_bf16_to_eagers_own_error_too():
     """verify=True's check (differs) and the publish check (compare) use close's rule with the reference."""
-    from cachesvc_client.artifacts import LoadFailed
+    from cachesvc_client.errors import LoadFailed
     from cachesvc_client.one_call.verify import compare, differs
 
     reference = torch.linspace(-1, 1, 1536).reshape(2, 768)

@@ -14,7 +14,9 @@ import pytest
 from sqlalchemy import select, update
 
 from cachesvc.models import Version, VersionFile
-from cachesvc_client import CacheClient, CacheClientError, HitRequired, artifacts, signing
+from cachesvc_client import CacheClient, CacheClientError, HitRequired
+from cachesvc_client.publish.onefile import publish_file
+from cachesvc_client.shared import signing
 from tests.helpers import ENV
 
 NAME, SHAPE = "signed", "f32[4,4]"
@@ -175,19 +177,19 @@ def test_a_bad_trust_file_or_no_cryptography_refuses_rather_than_accepting(live_
 @local_only[0]
 @local_only[1]
 def test_artifact_kinds_are_checked_by_the_same_restore_path(live_server, tmp_path, monkeypatch):
-    """The one call fetches a pt2-package through CacheClient.restore -> artifacts.fetch: the same check."""
+    """The one call fetches a pt2-package through CacheClient.restore -> restore.onefile.fetch: the same check."""
     ci = keygen(tmp_path, "ci")
     trusted = trust_file(tmp_path, ci)
     blob = tmp_path / "model.pt2"
     blob.write_bytes(b"PK" + os.urandom(2000))
     client = CacheClient(live_server.url, timeout=10)
     key = client.key(NAME, SHAPE, env=ENV)
-    artifacts.publish_file(client.api, key, "pt2-package", path=str(blob), meta={"torch": "2.13.0"})
+    publish_file(client.api, key, "pt2-package", path=str(blob), meta={"torch": "2.13.0"})
     dest = tmp_path / "dest"
     got = restore(live_server.url, dest, trusted, kind="pt2-package")
     assert not got.hit and "unsigned" in got.reason and placed(dest) == []
     monkeypatch.setenv(signing.SIGNING_KEY_VAR, str(ci))
-    artifacts.publish_file(client.api, key, "pt2-package", path=str(blob), meta={"torch": "2.13.0"})
+    publish_file(client.api, key, "pt2-package", path=str(blob), meta={"torch": "2.13.0"})
     got = restore(live_server.url, dest, trusted, kind="pt2-package")
     assert got.hit and Path(got.artifacts[0]).read_bytes() == blob.read_bytes() and got.signed_by
 
@@ -226,8 +228,8 @@ def test_with_trusted_keys_a_large_blob_is_checked_by_its_signed_digest_not_the_
 
     from cachesvc.models import Blob
     from cachesvc.storage import blob_key
-    from cachesvc_client import frames
-    from tests.client.test_frames import blob_bytes
+    from cachesvc_client.codec import frames
+    from tests.helpers.client import blob_bytes
 
     ci = keygen(tmp_path, "ci")
     src = tmp_path / "src"

@@ -1,10 +1,10 @@
-"""cachesvc_client.units: sizes as people type them (``500G``) and as the reports print them."""
+"""cachesvc_client.shared.units: sizes as people type them (``500G``) and as the reports print them."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, strategies as st
 
-from cachesvc_client.units import MAX_SIZE, format_size, parse_size
+from cachesvc_client.shared.units import MAX_SIZE, format_size, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -1,4 +1,4 @@
-"""client/torch_fixes.py: cached coordinate-descent winners keep their mark on load.
+"""client/process/torch_fixes.py: cached coordinate-descent winners keep their mark on load.
 
 The GPU proof is tests/e2e/test_gpu_restart.py's max-autotune case (no kernel
 tuned or compiled again after a restore). Here: the replacement
@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from cachesvc_client import torch_fixes
+from cachesvc_client.process import torch_fixes
 
 
 class Config:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from cachesvc_client import artifacts
+from cachesvc_client.process import torch_support
 from harness.containers import Container
 from harness.service import ServiceProcess
 
@@ -32,7 +32,7 @@ def service(tmp_path_factory):
 
 
 def round_trip(tmp_path, service, kind: str):
-    why = artifacts.support(kind)
+    why = torch_support.support(kind)
     if why:
         pytest.skip(why)
     ctr = Container(tmp_path / "containers")

@@ -64,7 +64,7 @@ def test_gpu_restart_restores_kernels_and_autotuning(service, tmp_path, model, m
     assert cold["publish"]["status"] == "committed"
     published = ctr.artifacts()
     # What the cold process published, as against what its container holds: a binary the compiling
-    # process had but left out (Triton's driver helper: client/driver_helpers.py) is built again after a restore.
+    # process had but left out (Triton's driver helper: client/process/driver_helpers.py) is built again after a restore.
     manifested = manifest(service, cold["publish"]["version_id"])
     floor = ctr.run_worker(*args)
     assert floor["counters"].get("fxgraph_cache_hit", 0) >= 1

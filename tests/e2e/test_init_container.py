@@ -22,7 +22,7 @@ from typing import Dict, List
 import pytest
 import requests
 
-from cachesvc_client import keyenv
+from cachesvc_client.process import keyenv
 from harness.containers import Container
 from harness.models import signature
 from harness.service import ServiceProcess

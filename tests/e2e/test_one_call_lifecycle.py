@@ -33,9 +33,10 @@ import zipfile
 import pytest
 import requests
 
-from cachesvc_client import CacheClient, artifacts
+from cachesvc_client import CacheClient
 from cachesvc_client.one_call import support
 from cachesvc_client.one_call.proof import container as proof_container
+from cachesvc_client.publish.onefile import publish_file
 from harness.containers import Container
 from harness.service import ServiceProcess
 
@@ -212,8 +213,8 @@ def tampered(built, tmp_path_factory):
             if item.filename != proof_container.ENTRY:
                 bad.writestr(item, good.read(item))
         bad.writestr(proof_container.ENTRY, proof_file.read_bytes())
-    artifacts.publish_file(client.api, client.key("tiny-tampered", *key_args), support.KIND, path=str(crafted),
-                           meta=relu.meta)
+    publish_file(client.api, client.key("tiny-tampered", *key_args), support.KIND, path=str(crafted),
+                 meta=relu.meta)
     return built
 
 

@@ -27,8 +27,8 @@ from cachesvc.models import Blob, Version, VersionFile
 from cachesvc.storage import from_url
 from cachesvc_client import CacheClient
 from tests.helpers import ENV
-from tests.reliability.conftest import (ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files,
-                                        publish_files, sha, temp_files, write_files)
+from tests.helpers.restores import (ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files,
+                                    publish_files, sha, temp_files, write_files)
 from tests.reliability.faults import client_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def _publishers(tmp_path, svc, contents, go, merge=False):
             (src / rel).write_bytes(data)
         codes.append(WAIT.format(go=str(go)) +
                      "import json, sys\nfrom pathlib import Path\n"
-                     "from tests.reliability.conftest import publish_files\n"
+                     "from tests.helpers.restores import publish_files\n"
                      f"r = publish_files({svc.url!r}, {svc.token!r}, Path({str(src)!r}), merge={merge!r})\n"
                      "print(json.dumps(r.to_dict()))")
         envs.append(dict(os.environ, PYTHONPATH=str(REPO)))

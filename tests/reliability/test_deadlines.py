@@ -26,7 +26,7 @@ import pytest
 
 from cachesvc_client import CacheClient
 from tests.helpers import ENV, sha
-from tests.reliability.conftest import ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files, temp_files
+from tests.helpers.restores import ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files, temp_files
 from tests.reliability.faults import client_env
 from tests.reliability.http_faults import FaultyHTTP
 

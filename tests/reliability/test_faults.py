@@ -34,8 +34,8 @@ from cachesvc.storage import from_url
 from cachesvc_client import CacheClient
 from cachesvc_client.errors import ServiceUnavailable
 from tests.helpers import ENV, key, manifest, resolve_params
-from tests.reliability.conftest import (NAME, SHAPE, assert_no_half_file, final_files, make_files, publish_files,
-                                        restore_cli, temp_files)
+from tests.helpers.restores import (NAME, SHAPE, assert_no_half_file, final_files, make_files, publish_files,
+                                    restore_cli, temp_files)
 from tests.reliability.faults import PrivatePostgres, SlowProxy, client_env, kill_tree, postgres_bin
 
 SIZES = {f"fxgraph/k{i}/entry": 100_000 for i in range(6)} | {"sj/kernel.so": 300_000}
@@ -145,7 +145,7 @@ def test_fault_service_killed_mid_publish_leaves_no_partial_version_and_gc_recla
     svc = start_service("svc", env)
     blobs_dir = svc.data_dir / "blobs" / "v1" / "blobs"
     make_files(tmp_path / "src", {f"fxgraph/k{i}/entry": 400_000 for i in range(40)})
-    code = ("import sys; from tests.reliability.conftest import publish_files; from pathlib import Path\n"
+    code = ("import sys; from tests.helpers.restores import publish_files; from pathlib import Path\n"
             "publish_files(sys.argv[1], sys.argv[2], Path(sys.argv[3]), workers=1)")
     publisher = subprocess.Popen([sys.executable, "-c", code, svc.url, svc.token, str(tmp_path / "src")],
                                  cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,

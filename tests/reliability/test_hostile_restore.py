@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from harness.containers import Container
-from tests.reliability.conftest import (ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files,
-                                        publish_files, restore_cli, temp_files)
+from tests.helpers.restores import (ENV_VARS, NAME, SHAPE, assert_no_half_file, final_files, make_files,
+                                    publish_files, restore_cli, temp_files)
 from tests.reliability.faults import SlowProxy, client_env
 
 

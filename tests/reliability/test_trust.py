@@ -25,7 +25,7 @@ from cachesvc_client import CacheClient
 from cachesvc_client.transport import blobs
 from cachesvc_client.errors import Forbidden
 from tests.helpers import ENV
-from tests.reliability.conftest import NAME, SHAPE, assert_no_half_file, final_files, make_files
+from tests.helpers.restores import NAME, SHAPE, assert_no_half_file, final_files, make_files
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 

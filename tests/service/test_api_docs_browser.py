@@ -6,8 +6,8 @@ import os
 import shutil
 
 import pytest
+from tests.helpers.service import OPERATIONS
 
-from tests.service.test_fuzz_api import OPERATIONS
 
 pytestmark = [pytest.mark.parametrize("database_url", ["postgres"], indirect=True),  # anonymous read off
               pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]

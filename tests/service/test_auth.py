@@ -12,6 +12,7 @@ from sqlalchemy import select
 from cachesvc import auth
 from cachesvc.models import AuditRecord, Token
 from tests.helpers import key, publish, publish_body, resolve_params, set_settings, sha
+from tests.helpers.service import with_token
 
 pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
               pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
@@ -87,12 +88,6 @@ def test_the_route_table_covers_every_route_and_matches_what_views_declare(app):
 
 def anonymous(app):
     return app.test_client()
-
-
-def with_token(app, token):
-    c = app.test_client()
-    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {token}"
-    return c
 
 
 @pytest.mark.parametrize("method,path,scope", [r for r in ROUTES if r[2]], ids=lambda v: str(v))

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from cachesvc.models import Entry, Token, Version
-from cachesvc_client import keys
+from cachesvc_client.shared import keys
 from tests.helpers import key, publish, publish_body, resolve_params
 
 pytestmark = [pytest.mark.backends("database"),  # what each database refuses (index sizes, NUL, ranges): a 4xx

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from cachesvc.api import verdicts, versions
-from tests.service.test_pages_signin import HTML
+from tests.helpers.service import HTML
 
 pytestmark = [pytest.mark.parametrize("storage_settings", ["local"], indirect=True),
               pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]

@@ -11,40 +11,15 @@ from pathlib import Path
 from typing import Dict, Optional
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from cachesvc import db
-from cachesvc.cli import main
 from cachesvc.models import AuditRecord, Token, Version
 from tests.helpers import foreign_web_server
-from tests.service.test_purge_gc import LOCAL, SQLITE, age, catalog  # noqa: F401 - catalog is a fixture
+from tests.helpers.backends import LOCAL, SQLITE
+from tests.helpers.commands import assert_one_line, cli, settings_env
 
 SURROGATE = "x\udcff"  # what a name in another encoding becomes in argv (surrogateescape)
-
-
-def settings_env(app=None, **extra) -> Dict[str, Optional[str]]:
-    """The environment of a command run on ``app``'s database and storage (the developer's CACHESVC_* unset)."""
-    env: Dict[str, Optional[str]] = {k: None for k in os.environ if k.startswith("CACHESVC_")}
-    if app is not None:
-        svc = app.extensions["cachesvc"]
-        env.update(CACHESVC_DATABASE_URL=svc.settings.DATABASE_URL, CACHESVC_STORAGE_URL=svc.settings.STORAGE_URL,
-                   CACHESVC_DATA_DIR=svc.settings.DATA_DIR)
-    env.update(extra)
-    return env
-
-
-def cli(env: Dict[str, Optional[str]], *args: str):
-    """Run `cachesvc ARGS` in this process; (exit code, stdout, stderr)."""
-    result = CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
-def assert_one_line(stderr: str, *words: str) -> None:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cachesvc: ") and "Traceback" not in stderr, stderr
-    for word in words:
-        assert word in lines[0], (word, lines[0])
 
 
 def versions(app) -> list:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cachesvc.models import Blob, Pack
 from cachesvc.storage import blob_key, pack_key
 from tests.helpers import key, publish_body, sha
-from tests.service.test_packs import build_pack
+from tests.helpers.packs import build_pack
 
 DATA = b"the victim's kernel " * 40
 

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.helpers import publish
-from tests.service.test_pages_signin import HTML, csrf_of, sign_in
+from tests.helpers.service import HTML, csrf_of, sign_in
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 

@@ -43,41 +43,12 @@ from sqlalchemy import select
 
 from cachesvc.models import Entry
 from tests.helpers import key, publish, publish_body, resolve_params
+from tests.helpers.service import OPERATIONS
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 
 EXAMPLES = 50
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance]
-
-#: Every operation in the document; test_every_documented_operation_is_fuzzed keeps this list honest.
-OPERATIONS = [
-    "GET /healthz",
-    "GET /readyz",
-    "GET /metrics",
-    "POST /api/v1/versions",
-    "GET /api/v1/versions/{version_id}",
-    "POST /api/v1/versions/{version_id}/commit",
-    "PUT /api/v1/blobs/{sha256}",
-    "GET /api/v1/blobs/{sha256}",
-    "POST /api/v1/blobs/{sha256}/damaged",
-    "POST /api/v1/versions/{version_id}/packs",
-    "POST /api/v1/versions/{version_id}/uploads",
-    "PUT /api/v1/packs/{sha256}",
-    "GET /api/v1/packs/{sha256}",
-    "GET /api/v1/resolve",
-    "POST /api/v1/verdicts",
-    "GET /api/v1/entries",
-    "GET /api/v1/entries/{entry_id}",
-    "GET /api/v1/stats",
-    "POST /api/v1/admin/purge",
-    "POST /api/v1/admin/gc",
-    "GET /api/v1/admin/audit",
-    "GET /api/v1/admin/tokens",
-    "POST /api/v1/admin/tokens",
-    "DELETE /api/v1/admin/tokens/{ident}",
-    "GET /api/v1/remote-cache/{cache}/{key}",
-    "PUT /api/v1/remote-cache/{cache}/{key}",
-]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from cachesvc.models import Entry, Event, Token, Version, utcnow
 from cachesvc.storage import blob_key
 from cachesvc.ttlcache import TTLCache
 from tests.helpers import key, publish, resolve_params
-from tests.service.test_auth import with_token
+from tests.helpers.service import with_token
 
 pytestmark = pytest.mark.backends("database")  # the counters' flush is an upsert written per dialect
 

@@ -27,7 +27,7 @@ from cachesvc.models import Blob, Version
 from cachesvc.storage import blob_key, pack_key
 from cachesvc_client import CacheClient
 from tests.helpers import ENV, key, publish_body, put_blob, sha, zstd_target
-from tests.service.test_packs import FILES, build_pack, publish_packed
+from tests.helpers.packs import FILES, build_pack, publish_packed
 
 pytestmark = pytest.mark.backends  # each storage path x each database's lock
 

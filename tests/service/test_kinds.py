@@ -9,7 +9,7 @@ from sqlalchemy import select
 from cachesvc.lifecycle import collect
 from cachesvc.models import Version, utcnow
 from tests.helpers import key, publish, publish_body, resolve_params
-from tests.service.test_purge_gc import admin, keys_in
+from tests.helpers.service import admin, keys_in
 
 LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 SNAPSHOT = {"fxgraph/ab/graph": b"graph" * 40}

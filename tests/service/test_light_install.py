@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import shipped
-from tests.service.test_purge_gc import LOCAL, SQLITE
+from tests.helpers.backends import LOCAL, SQLITE
 
 
 @pytest.fixture(scope="module")

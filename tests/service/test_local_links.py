@@ -13,7 +13,7 @@ import pytest
 
 from cachesvc.storage import BlobNotFound, StorageError, blob_key, pack_key
 from tests.helpers import ENV, publish, sha
-from tests.service.test_packs import FILES, publish_packed
+from tests.helpers.packs import FILES, publish_packed
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 

@@ -11,11 +11,10 @@ from sqlalchemy import select, update
 from cachesvc.lifecycle import actions
 from cachesvc.models import PageSession, Token
 from tests.helpers import key, publish, resolve_params, set_settings
+from tests.helpers.service import HTML, csrf_of, sign_in
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-
-HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}  # what chromium sends
 
 
 @pytest.fixture
@@ -25,19 +24,10 @@ def people(app):
     return app.test_client()
 
 
-def csrf_of(html: str) -> str:
-    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
-
-
 def session_of(app, resp) -> dict:
     """The session a response's cookie holds (signed, not encrypted: readable, not forgeable)."""
     value = resp.headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
     return app.session_interface.get_signing_serializer(app).loads(value)
-
-
-def sign_in(c, token: str, next_path: str = "/"):
-    form = c.get("/login", headers=HTML).get_data(as_text=True)
-    return c.post("/login", data={"token": token, "next": next_path, "csrf_token": csrf_of(form)}, headers=HTML)
 
 
 def test_browsers_get_the_sign_in_page_and_json_clients_json(people):

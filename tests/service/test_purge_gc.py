@@ -17,44 +17,10 @@ from cachesvc.lifecycle import collect
 from cachesvc.models import Blob, Entry, Version, VersionFile, utcnow
 from cachesvc.storage import blob_key, incoming_key
 from tests.helpers import get_blob, key, publish, publish_body, put_blob, resolve_params, set_settings, sha
+from tests.helpers.backends import LOCAL, SQLITE
+from tests.helpers.service import admin, keys_in
 
 pytestmark = pytest.mark.backends  # GC deletes from storage under the database's locks
-
-LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
-SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-
-
-def admin(app):
-    c = app.test_client()
-    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {app.config['TOKENS']['admin']}"
-    return c
-
-
-def age(app, version_id, created_days, restored_days=None):
-    now = utcnow()
-    values = {"created_at": now - dt.timedelta(days=created_days)}
-    if restored_days is not None:
-        values["last_restored_at"] = now - dt.timedelta(days=restored_days)
-    with app.extensions["cachesvc"].db.session() as s:
-        s.execute(update(Version).where(Version.id == version_id).values(**values))
-
-
-@pytest.fixture
-def catalog(app, client):
-    """Six versions in three entries; sizes 100..600 bytes, all content distinct. Returns {label: version id}.
-
-        mlp (cpu)      v1 created 30 d ago, never restored   v2 created 20 d, restored 0.5 d ago   v3 created 1 d
-        bert (2.12.0)  v4 created 40 d, restored 35 d ago      v5 created 2 d
-        mlp (H200)     v6 created 0.25 d ago
-    """
-    plan = [("v1", key(), 30, None), ("v2", key(), 20, 0.5), ("v3", key(), 1, None),
-            ("v4", key(name="bert", torch="2.12.0"), 40, 35), ("v5", key(name="bert", torch="2.12.0"), 2, None),
-            ("v6", key(device="NVIDIA H200"), 0.25, None)]
-    ids = {}
-    for i, (label, k, created, restored) in enumerate(plan):
-        ids[label] = publish(client, {"f": bytes([65 + i]) * (100 * (i + 1))}, k)["version"]["id"]
-        age(app, ids[label], created, restored)
-    return ids
 
 
 def purged(answer, ids):
@@ -134,10 +100,6 @@ def test_resolve_falls_back_to_the_newest_version_left_and_purge_is_audited(app,
     assert [r["action"] for r in records[:4]] == ["gc", "purge", "gc", "purge"]
     assert records[1]["actor"] == "token:test-admin" and "name=mlp" in records[1]["target"]
     assert records[1]["details"]["entries"] == ["mlp"] and records[1]["bytes"] == 3
-
-
-def keys_in(storage):
-    return set(storage.iter_keys("v1/"))
 
 
 def test_gc_keeps_what_is_live_pending_or_recently_purged_and_deletes_the_rest(app, client, storage, tmp_path):

@@ -235,7 +235,7 @@ def test_a_replaced_object_is_a_counted_logged_miss_and_the_next_put_heals_it(ap
 
 
 def test_a_value_in_a_replaced_pack_is_a_miss_and_the_next_put_stores_it_loose(app, client, storage, tmp_path):
-    from tests.service.test_packs import FILES, publish_packed
+    from tests.helpers.packs import FILES, publish_packed
 
     resp, data, members = publish_packed(client, FILES)
     value = FILES["c.json"]  # a pack member: the item's blob lies in the pack

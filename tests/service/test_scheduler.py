@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 
 import cachesvc
 from cachesvc.models import AuditRecord, Blob, Version, utcnow
-from tests.conftest import make_tokens
+from tests.helpers.apps import make_tokens
 from tests.helpers import get_blob, key, publish, resolve_params
 
 pytestmark = [pytest.mark.backends("database"),  # one round at a time: each database's lock

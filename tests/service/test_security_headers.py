@@ -4,8 +4,8 @@ test_api_docs_browser.py check in chromium that the pages and Swagger UI work un
 from __future__ import annotations
 
 import pytest
+from tests.helpers.service import HTML, sign_in
 
-from tests.service.test_pages_signin import HTML, sign_in
 
 pytestmark = [pytest.mark.parametrize("storage_settings", ["local"], indirect=True),
               pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]

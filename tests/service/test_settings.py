@@ -15,7 +15,7 @@ import pytest
 
 import cachesvc
 from cachesvc import config
-from tests.service.test_cli import assert_one_line, cli, settings_env
+from tests.helpers.commands import assert_one_line, cli, settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import pytest
 from alembic import command
 from sqlalchemy import case, event, func, insert, select
 
-from cachesvc import browse, db as cachesvc_db, rollups
+from cachesvc import db as cachesvc_db, readmodel, rollups
 from cachesvc.lifecycle import Scheduler, actions, retention
 from cachesvc.models import AuditRecord, Event, EventRollup, utcnow
 from tests.helpers import key, publish, resolve_params, set_settings
@@ -51,8 +51,8 @@ def test_the_stats_are_the_numbers_the_events_gave(app, client):
     activity(app, client)
     with app.extensions["cachesvc"].db.session() as s:
         before = from_events(s)
-        t = browse.totals(s)
-        days = browse.daily(s, 3)
+        t = readmodel.totals(s)
+        days = readmodel.daily(s, 3)
     n = {k: c for k, (c, _) in before["by_kind"].items()}
     assert t["restores"] == n["hit"] + n["fallback_restore"] == 4 and t["misses"] == n["miss"] == 1
     assert t["fallbacks"] == 1 and t["publishes"] == n["publish"] == 2 and t["gc_runs"] == before["gc_runs"] == 1
@@ -98,7 +98,7 @@ def test_a_scrape_runs_the_same_statements_at_any_event_count_and_reads_no_event
     scans = [q for q in many if " events" in q.replace("\n", " ") and "Event" not in q]
     assert [q for q in scans if "FROM events" in q and "entry_id IN" not in q] == []  # per-entry rates: indexed
     with app.extensions["cachesvc"].db.session() as s:
-        assert browse.totals(s)["misses"] == 25_001
+        assert readmodel.totals(s)["misses"] == 25_001
 
 
 @BOTH
@@ -109,14 +109,14 @@ def test_retention_deletes_old_events_and_audit_records_and_the_stats_keep_their
     with svc.db.session() as s:
         s.add(AuditRecord(actor="test", action="gc", at=utcnow() - dt.timedelta(days=400)))
     with svc.db.session() as s:
-        kept = browse.totals(s)
+        kept = readmodel.totals(s)
     set_settings(svc, EVENTS_RETENTION_DAYS=90, AUDIT_RETENTION_DAYS=365)
     result = Scheduler(svc).run_once()
     assert result["retention"]["events"] == 7 and result["retention"]["audit"] == 1
     with svc.db.session() as s:
         assert s.scalar(select(func.min(Event.at))) > utcnow() - dt.timedelta(days=90)
         assert s.scalar(select(func.min(AuditRecord.at))) > utcnow() - dt.timedelta(days=365)
-        after = browse.totals(s)
+        after = readmodel.totals(s)
     assert {k: v for k, v in after.items() if k != "gc_runs"} == {k: v for k, v in kept.items() if k != "gc_runs"}
     assert after["gc_runs"] == kept["gc_runs"] + 1  # this round's own GC
     set_settings(svc, EVENTS_RETENTION_DAYS=0, AUDIT_RETENTION_DAYS=0)
@@ -130,11 +130,11 @@ def test_the_migration_fills_the_totals_from_the_events_already_there(app, clien
     svc = app.extensions["cachesvc"]
     with svc.db.session() as s:
         before = from_events(s)
-        t = browse.totals(s)
+        t = readmodel.totals(s)
     svc.db.engine.dispose()  # PostgreSQL: no pooled connection holds the table the downgrade drops
     command.downgrade(cachesvc_db.alembic_config(database_url), "0011")
     cachesvc_db.upgrade(database_url)
     with svc.db.session() as s:
         assert s.scalar(select(func.count()).select_from(EventRollup)) > 0
-        assert browse.totals(s) == t
+        assert readmodel.totals(s) == t
         assert from_events(s) == before

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from cachesvc import db
-from tests.service.test_cli import cli, settings_env
+from tests.helpers.commands import cli, settings_env
 
 LOCAL = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
 

@@ -22,14 +22,14 @@ log = logging.getLogger(__name__)
 
 class CacheError(Exception):
     """``code`` names the error in the answer; a subclass's HTTP status is the shared table's for its code
-    (``cachesvc_client.rules.ERROR_CODES``, which the client maps back)."""
+    (``cachesvc_client.shared.rules.ERROR_CODES``, which the client maps back)."""
     code = "error"
     status = 500
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.code not in ERROR_CODES:
-            raise TypeError(f"{cls.__name__}: error code {cls.code!r} is not in cachesvc_client.rules.ERROR_CODES; "
+            raise TypeError(f"{cls.__name__}: error code {cls.code!r} is not in cachesvc_client.shared.rules.ERROR_CODES; "
                             "add it there with its HTTP status, and map it in cachesvc_client.errors")
         cls.status = ERROR_CODES[cls.code]
 

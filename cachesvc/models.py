@@ -76,7 +76,7 @@ class Version(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(32), default="inductor-dir")  # cachesvc_client.keys.KINDS
+    kind: Mapped[str] = mapped_column(String(32), default="inductor-dir")  # cachesvc_client.shared.keys.KINDS
     state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | committed | purged
     manifest_digest: Mapped[str] = mapped_column(String(64))
     file_count: Mapped[int] = mapped_column(Integer)
@@ -103,7 +103,7 @@ class Version(Base):
     no_hit_count: Mapped[int] = mapped_column(Integer, default=0)   # restores that delivered files but no hit
     last_verdict: Mapped[Optional[str]] = mapped_column(String(16))  # paid_off | partial | no_hits
     last_verified_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime)
-    # An Ed25519 signature of the manifest and key by the publisher (cachesvc_client.signing), checked for
+    # An Ed25519 signature of the manifest and key by the publisher (cachesvc_client.shared.signing), checked for
     # shape only: the service trusts no key; clients with CACHESVC_TRUSTED_KEYS verify it. NULL: unsigned.
     signer_key: Mapped[Optional[str]] = mapped_column(String(1000))  # the OpenSSH public key line
     signature: Mapped[Optional[str]] = mapped_column(String(100))    # base64 of the 64-byte signature

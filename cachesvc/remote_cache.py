@@ -10,7 +10,7 @@ An item is named by ``(cache, env_digest, key)``:
 * ``cache``: the client's name for Inductor's cache (``fx-graph``,
   ``autotune``, ``bundled-autotune``, ...);
 * ``env_digest``: sha256 of the process's environment fingerprint
-  (``cachesvc_client.keys.ENV_FIELDS``: torch, triton, cuda, python, device,
+  (``cachesvc_client.shared.keys.ENV_FIELDS``: torch, triton, cuda, python, device,
   arch). Inductor's keys already hash the torch version and the device, but
   that is Inductor's business and may change; the namespace makes sure items
   from another torch or device never mix, whatever Inductor's keys hold;
@@ -55,7 +55,7 @@ from .storage.types import Storage
 log = logging.getLogger(__name__)
 
 def check_name(cache: str, key: str) -> None:
-    """Raise InvalidRequest unless the cache name and key follow ``cachesvc_client.keys``' rules."""
+    """Raise InvalidRequest unless the cache name and key follow ``cachesvc_client.shared.keys``' rules."""
     try:
         keys.check_cache_name(cache)
         keys.check_remote_key(key)

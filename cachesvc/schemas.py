@@ -2,7 +2,7 @@
 and writes them into the OpenAPI document at /api/v1/openapi.json.
 
 Unknown fields are refused (marshmallow's default RAISE). Key, path and
-digest rules come from ``cachesvc_client.keys`` so client and service agree.
+digest rules come from ``cachesvc_client.shared.keys`` so client and service agree.
 """
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ class PublishSchema(Schema):
         "description": "add the key's newest committed version's files at paths this manifest lacks, so the key "
                        "converges to the union of what its publishers compiled"})
     signature = fields.Nested(SignatureInSchema, load_default=None, validate=_signature, metadata={
-        "description": "the publisher's Ed25519 signature of the manifest and key (cachesvc_client.signing), "
+        "description": "the publisher's Ed25519 signature of the manifest and key (cachesvc_client.shared.signing), "
                        "stored with the version and checked for shape only; a signed publish is never merged"})
     inline_targets = fields.Boolean(load_default=True, metadata={
         "description": "false: the answer lists each blob to upload as {sha256, size} only, and the client asks "

@@ -41,7 +41,7 @@ class EntrySummarySchema(Schema):
 
 class SignatureSchema(Schema):
     public_key = fields.String(**_d("the signer's OpenSSH public key line (ssh-ed25519 AAAA... comment)"))
-    signature = fields.String(**_d("base64 of the Ed25519 signature of cachesvc_client.signing.manifest_bytes"))
+    signature = fields.String(**_d("base64 of the Ed25519 signature of cachesvc_client.shared.signing.manifest_bytes"))
 
 
 class SignerSchema(Schema):

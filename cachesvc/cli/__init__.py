@@ -30,7 +30,7 @@ ADMIN_HELP = "Admin commands use the database directly, or a running service's a
 
 
 class Size(click.ParamType):
-    """A byte size: ``500G``, ``1.5TB``, ``10GiB``, ``2048`` (``cachesvc_client.units.parse_size``). The
+    """A byte size: ``500G``, ``1.5TB``, ``10GiB``, ``2048`` (``cachesvc_client.shared.units.parse_size``). The
     service imports of the client only its shared stdlib rules (``tests/test_layers.py``), not the client's
     command-line module, so the flag type over the shared rule is its own."""
 

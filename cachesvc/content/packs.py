@@ -2,7 +2,7 @@
 
 A pack is the concatenation of its members' *stored* bytes (each member zstd
 or identity, as a loose blob would be), stored at ``pack_key(<sha256 of the
-pack>)``. The publisher builds them (``cachesvc_client.packing``) from the
+pack>)``. The publisher builds them (``cachesvc_client.codec.packing``) from the
 small blobs the service reported missing, uploads each like a blob (a
 presigned PUT, or ``PUT /api/v1/packs/<sha256>`` through the service) and
 names them in its commit with each member's ``sha256, offset, stored_size,

@@ -5,7 +5,7 @@ Revises: 0013
 Create Date: 2026-12-02 06:40:00
 
 A builder with CACHESVC_SIGNING_KEY sends an Ed25519 signature of the version's
-manifest and key (cachesvc_client.signing); the service keeps it, checked for
+manifest and key (cachesvc_client.shared.signing); the service keeps it, checked for
 shape only (bounded: an OpenSSH public key line and 88 base64 characters), and
 clients that trust keys verify it. NULL: an unsigned version (every one before).
 """

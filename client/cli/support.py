@@ -1,9 +1,11 @@
-"""What both command lines share, `cachesvc-client` and `cachesvc`: help, errors, checked values.
+"""What the `cachesvc-client` commands share: help, errors, checked values. (The service's `cachesvc` command
+reads sizes with its own type over the shared rule, cachesvc_client.shared.units: the service imports nothing
+of the client but its shared rules.)
 
     from cachesvc_client.cli.support import CONTEXT_SETTINGS, Size, rule, run
 
     @click.group(context_settings=CONTEXT_SETTINGS)              # -h as well as --help
-    @click.version_option(__version__, "--version", prog_name="cachesvc")
+    @click.version_option(__version__, "--version", prog_name="cachesvc-client")
     def cli(): ...
 
     @cli.command()

@@ -132,7 +132,9 @@ def upload(session: requests.Session, target: dict, headers: dict, *, body: Bina
         resp = session.request(target.get("method", "PUT"), target["url"], data=body,
                                headers={**target.get("headers", {}), **headers, "Content-Length": str(length)},
                                timeout=(min(10.0, timeout), timeout))
-    except (requests.ConnectionError, requests.Timeout) as exc:
+    except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+        # a server killed while answering cuts its reply short (ChunkedEncodingError): unavailable, as a refused
+        # connection is, never an unexpected error
         raise ServiceUnavailable(f"upload to {target['url'].split('?')[0]} failed: {exc}") from None
     if resp.status_code >= 400 and "X-Amz-Signature" in target["url"]:
         # S3 answers XML, not our JSON error shape.

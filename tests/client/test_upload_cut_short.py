@@ -24,7 +24,8 @@ def cut_short_server() -> str:
         conn, _ = sock.accept()
         with conn:
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n99\r\n")
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                         b"Content-Type: application/json\r\n\r\n99\r\n")
         sock.close()
 
     threading.Thread(target=answer, daemon=True).start()

@@ -351,6 +351,7 @@ def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
     from cachesvc_client.publish.snapshot import keying_warnings
 
     monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
+    monkeypatch.delenv("CI", raising=False)
     config = types.SimpleNamespace(enable_remote_autograd_cache=True)
     monkeypatch.setitem(sys.modules, "torch._functorch.config", config)
     assert len(keying_warnings()) == 1 and "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1" in keying_warnings()[0]
@@ -361,3 +362,38 @@ def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
     assert keying_warnings() == []
     monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", "1")
     assert len(keying_warnings()) == 1
+
+
+def test_keying_warnings_name_ci_where_torch_keys_on_it(monkeypatch):
+    """torch 2.13 reads $CI into functorch's error_on_custom_op_aliasing, which keys AOTAutograd
+    (tests/e2e/test_remote_autograd_keying.py shows the keys part): a build job on a CI runner is warned,
+    unless the option is set explicitly, as the warning tells."""
+    import types
+
+    from cachesvc_client.publish.snapshot import keying_warnings
+
+    monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING", raising=False)
+    config = types.SimpleNamespace(enable_remote_autograd_cache=None, error_on_custom_op_aliasing=True)
+    monkeypatch.setitem(sys.modules, "torch._functorch.config", config)
+    monkeypatch.setenv("CI", "true")
+    [warning] = keying_warnings()
+    assert "CI='true'" in warning and "TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING" in warning
+    monkeypatch.setenv("TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING", "0")  # set in both: CI no longer decides
+    assert keying_warnings() == []
+    monkeypatch.delenv("TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING")
+    monkeypatch.setattr(config, "error_on_custom_op_aliasing", False)  # a torch whose option ignores CI
+    assert keying_warnings() == []
+    del config.error_on_custom_op_aliasing  # a torch without the option
+    assert keying_warnings() == []
+    monkeypatch.delenv("CI")
+    config.error_on_custom_op_aliasing = True
+    assert keying_warnings() == []
+    # before `import torch` (the CLI publishing a container's files): the installed torch's source decides
+    monkeypatch.delitem(sys.modules, "torch._functorch.config")
+    monkeypatch.setenv("CI", "1")
+    import importlib.util
+    from pathlib import Path
+
+    source = Path(importlib.util.find_spec("torch").submodule_search_locations[0], "_functorch", "config.py").read_text()
+    assert len(keying_warnings()) == ('default=bool(os.getenv("CI"))' in source)

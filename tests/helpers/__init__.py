@@ -21,6 +21,7 @@ import contextlib
 import functools
 import hashlib
 import http.server
+import os
 import threading
 from typing import Callable, Dict, Iterator, List, Optional
 
@@ -30,6 +31,14 @@ import zstandard
 
 ENV = {"torch": "2.13.0+cpu", "triton": "none", "cuda": "none", "python": "3.11", "device": "x86_64",
        "arch": "avx512"}
+
+
+def missing_tool(name: str, install: str) -> None:
+    """A test needs ``name``, which is not installed: a failure where CI runs the suite (.ci/run installs
+    it; tests/conftest.py notes a CI run as TEST_RUN_IN_CI), a skip elsewhere, saying how to get it."""
+    if os.environ.get("TEST_RUN_IN_CI"):
+        pytest.fail(f"CI must have {name}: .ci/run installs it with apt-get", pytrace=False)
+    pytest.skip(f"{name} is not installed here ({install}; .ci/run installs it)")
 
 
 def sha(data: bytes) -> str:

@@ -2,10 +2,10 @@
 UI is a JavaScript page), every request it makes going to the service itself (no CDN)."""
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
+from tests.helpers import missing_tool
 from tests.helpers.service import OPERATIONS
 
 
@@ -16,9 +16,7 @@ pytestmark = [pytest.mark.parametrize("database_url", ["postgres"], indirect=Tru
 @pytest.fixture
 def browser(tmp_path):
     if not shutil.which("chromium"):
-        if os.environ.get("CI"):
-            pytest.fail("CI must have chromium: .ci/run installs it with apt-get", pytrace=False)
-        pytest.skip("Debian's chromium is not installed here (apt-get install chromium; .ci/run installs it)")
+        missing_tool("chromium", "apt-get install chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

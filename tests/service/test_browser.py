@@ -6,13 +6,12 @@ a PostgreSQL service: everything starts at the sign-in form.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 
 import pytest
 
-from tests.helpers import key, publish, set_settings
+from tests.helpers import key, missing_tool, publish, set_settings
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -22,9 +21,7 @@ pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=Tru
 @pytest.fixture(scope="module")
 def chromium():
     if not shutil.which("chromium"):
-        if os.environ.get("CI"):
-            pytest.fail("CI must have chromium: .ci/run installs it with apt-get", pytrace=False)
-        pytest.skip("Debian's chromium is not installed here (apt-get install chromium; .ci/run installs it)")
+        missing_tool("chromium", "apt-get install chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

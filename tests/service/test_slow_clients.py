@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from harness.service import ServiceProcess
+from tests.helpers import missing_tool
 
 SLOW_CLIENTS = 64
 
@@ -21,9 +22,7 @@ SLOW_CLIENTS = 64
 @pytest.fixture
 def nginx():
     if not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")):
-        if os.environ.get("CI"):
-            pytest.fail("CI must have nginx: .ci/run installs it with apt-get", pytrace=False)
-        pytest.skip("nginx is not installed here (apt-get install nginx-light; .ci/run installs it)")
+        missing_tool("nginx", "apt-get install nginx-light")
 
 
 def _slow_clients(url: str, n: int) -> list:

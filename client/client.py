@@ -264,6 +264,16 @@ class CacheClient:
         self.api.verdict({"versions": list(versions), "verdict": verdict, "fallback": fallback,
                           **({"first_call_seconds": first_call_seconds} if first_call_seconds is not None else {})})
 
+    def report_usage(self, reports: Sequence[Mapping[str, Any]], *, seconds: Optional[float] = None,
+                     timeout: Optional[float] = None) -> dict:
+        """Send the calls each shape of some models made and how each was served (``POST /api/v1/usage``),
+        as the one call's background reporter does (cachesvc_client.usage). ``reports``: one item per model,
+        ``{"key": {"name", "tags", "env"}, "shapes": [{"shape", "served": {"package", "compile", "eager"}}]}``;
+        ``seconds``: the time the counts cover; ``timeout``: a bound of its own. Returns the service's answer
+        (what it recorded and dropped); raises CacheClientError when the service cannot take it."""
+        body = {"reports": list(reports), **({"seconds": round(seconds, 3)} if seconds is not None else {})}
+        return self.api.usage(body, time.monotonic() + timeout if timeout is not None else None)
+
     def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                       strict: bool = False, require_hit: Optional[bool] = None) -> "Future[RestoreReport]":
         """``restore()`` in a background thread, so it overlaps ``import torch`` and building the model.

@@ -17,6 +17,9 @@ The variables (what each does is said where it is used, and in docs/client.md):
     CACHESVC_PUBLISH_AT_EXIT_S          how long an exiting process waits for the one call's publish
     CACHESVC_COMPILE_ROUTE              force the one call's route (aoti | torch)
     CACHESVC_TORCH_FIXES                0: no torch workarounds (process/torch_fixes.py)
+    CACHESVC_USAGE                      0: the one call does not report the shapes it served (usage/)
+    CACHESVC_USAGE_INTERVAL_S           seconds between usage reports (usage/reporter.py)
+    CACHESVC_USAGE_AT_EXIT_S            how long an exiting process waits for its last usage report
 
 and, in ``tool_env``, the variables by which torch, Triton, vLLM, FlashInfer, DeepGEMM and the CUDA driver
 place their caches (``TOOL_VARS``), read by ``process/roots.py`` with each tool's own rule.
@@ -59,6 +62,9 @@ EXTRA_ROOTS_VAR = "CACHESVC_EXTRA_ROOTS"
 PUBLISH_AT_EXIT_VAR = "CACHESVC_PUBLISH_AT_EXIT_S"
 COMPILE_ROUTE_VAR = "CACHESVC_COMPILE_ROUTE"  # aoti | torch: force a route (benchmarks, debugging)
 TORCH_FIXES_VAR = "CACHESVC_TORCH_FIXES"
+USAGE_VAR = "CACHESVC_USAGE"
+USAGE_INTERVAL_VAR = "CACHESVC_USAGE_INTERVAL_S"
+USAGE_AT_EXIT_VAR = "CACHESVC_USAGE_AT_EXIT_S"
 
 #: the other tools' cache-folder variables (process/roots.py mirrors how each tool reads its own)
 TOOL_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT",
@@ -66,7 +72,8 @@ TOOL_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "XDG_
 
 __all__ = ["Settings", "current", "read", "reload", "TOOL_VARS", "URL_VAR", "TOKEN_VAR", "ENV_FILE_VAR",
            "OVERRIDE_PREFIX", "TRUSTED_KEYS_VAR", "SIGNING_KEY_VAR", "REQUIRE_HIT_VAR", "MIN_COMPILE_SECONDS_VAR",
-           "EXTRA_ROOTS_VAR", "PUBLISH_AT_EXIT_VAR", "COMPILE_ROUTE_VAR", "TORCH_FIXES_VAR"]
+           "EXTRA_ROOTS_VAR", "PUBLISH_AT_EXIT_VAR", "COMPILE_ROUTE_VAR", "TORCH_FIXES_VAR", "USAGE_VAR",
+           "USAGE_INTERVAL_VAR", "USAGE_AT_EXIT_VAR"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +94,9 @@ class Settings:
     publish_at_exit: Optional[str] = None          # CACHESVC_PUBLISH_AT_EXIT_S as set (None when unset)
     compile_route: str = ""                        # CACHESVC_COMPILE_ROUTE, stripped
     torch_fixes: bool = True                       # False only for CACHESVC_TORCH_FIXES=0
+    usage: bool = True                             # False only for CACHESVC_USAGE=0
+    usage_interval: Optional[str] = None           # CACHESVC_USAGE_INTERVAL_S as set (None when unset)
+    usage_at_exit: Optional[str] = None            # CACHESVC_USAGE_AT_EXIT_S as set (None when unset)
     #: the TOOL_VARS that are set (an empty value included: some tools count it as set)
     tool_env: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
@@ -112,6 +122,9 @@ def read(environ: Optional[Mapping[str, str]] = None) -> Settings:
         publish_at_exit=env.get(PUBLISH_AT_EXIT_VAR),
         compile_route=env.get(COMPILE_ROUTE_VAR, "").strip(),
         torch_fixes=env.get(TORCH_FIXES_VAR, "1") != "0",
+        usage=env.get(USAGE_VAR, "1") != "0",
+        usage_interval=env.get(USAGE_INTERVAL_VAR),
+        usage_at_exit=env.get(USAGE_AT_EXIT_VAR),
         tool_env=MappingProxyType({name: env[name] for name in TOOL_VARS if name in env}),
     )
 

@@ -15,7 +15,8 @@ CLIENT = Path(__file__).resolve().parent.parent / "client"
 #: room (a folder or a top-level module) -> floor; an import may go to its own room or a lower floor
 FLOORS = {"cli": 9, "one_call": 9,                             # the callers
           "client": 8, "remote_cache": 8, "check": 8,         # the doors
-          "publish": 7, "restore": 7, "verdicts": 7,          # the two paths, what a restore paid off
+          "publish": 7, "restore": 7, "verdicts": 7,          # the two paths, what a restore paid off,
+          "usage": 7,                                         # what the fleet served
           "onefile": 6,                                       # the one-file kinds, made and loaded
           "transport": 5,                                     # all HTTP
           "process": 4,                                       # this process and its host

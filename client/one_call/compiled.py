@@ -20,6 +20,7 @@ from . import calls, identity, proof as proof_mod, publisher as publisher_mod, s
 from . import verify as verify_mod
 from .binding import Binding
 from .runner import Runner
+from .. import usage
 from ..errors import CacheClientError, HitRequired
 from ..process.fingerprint import shape_signature
 
@@ -33,6 +34,11 @@ VERDICT_AT_EXIT_S = 5.0
 def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _signature(args: tuple, kwargs: Mapping[str, Any]) -> str:
+    """A call's ``shape_signature``, as the key's shape is made from the example call."""
+    return shape_signature(*args, kwargs) if kwargs else shape_signature(*args)
 
 
 class Calls(dict):
@@ -66,7 +72,7 @@ class CompiledModel:
         # what the package serves (only tensors can be declared: another route needs no spec)
         self.spec = calls.CallSpec(args, call_kwargs, bool(model.training), forward=getattr(model, "forward", None),
                                    **(declared or {})) if self.route == "aoti" else None
-        base = shape_signature(*args, call_kwargs) if call_kwargs else shape_signature(*args)
+        base = _signature(args, call_kwargs)
         self.shape = self.spec.signature(base) if self.spec is not None else base
         #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
@@ -96,6 +102,8 @@ class CompiledModel:
         self._publish_asked = publish is True  # a build job's: it tries a package again whatever failed before
         self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
+        #: the calls of each input shape and how each was served, reported to the service (cachesvc_client.usage)
+        self._tally = usage.track(self.client, name, self.tags)
         if self.route == "aoti":
             self._try_artifact()
         else:
@@ -193,6 +201,9 @@ class CompiledModel:
             why = why or spec_mod.grad_wanted(flat, self.model) or self._unproven(args, kwargs) or self._stale()
             if why is None:
                 self.calls["artifact"] += 1
+                if self._tally is not None:  # a package of one shape: one token; of declared ranges: the shapes
+                    token = tuple(t.shape for t in flat) if self.spec.dynamic else ()
+                    self._tally.count(token, 0, lambda: _signature(args, kwargs))
                 if self.calls["artifact"] > 1:
                     return runner(*flat)
                 started = time.monotonic()
@@ -203,6 +214,9 @@ class CompiledModel:
             self._fell_back(why, declared=declared)
         first = self._compiled is None
         self.calls["torch.compile"] += 1
+        if self._tally is not None:
+            shape = _signature(args, kwargs)
+            self._tally.count(shape, 1, lambda: shape)
         out = self._torch_compiled()(*args, **kwargs)
         if first and self._runner is None and self._publish:
             self._start_publish()
@@ -280,6 +294,12 @@ class CompiledModel:
 
                     self._compiled = torch.compile(self.model, mode=self.mode, **self.kwargs)
         return self._compiled
+
+    @property
+    def usage(self) -> Dict[str, Dict[str, int]]:
+        """``{shape: {"package": n, "compile": n, "eager": n}}``: this process's calls per input shape and how
+        each was served, as reported to the service (empty with ``CACHESVC_USAGE=0`` or no service)."""
+        return self._tally.totals() if self._tally is not None else {}
 
     @property
     def capture_seconds(self) -> Optional[float]:

@@ -11,19 +11,19 @@ reproduce the model, or whose loader crashes, is never published.
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from . import build, ends, export, proof, support, verify
 from .. import onefile, settings
 from ..settings import PUBLISH_AT_EXIT_VAR as AT_EXIT_VAR
 from ..errors import CacheClientError
+from ..process.exits import at_exit  # noqa: F401 - compiled.py registers its hit's report through it
 
 log = logging.getLogger("cachesvc_client")
 
@@ -182,24 +182,6 @@ def _at_exit_seconds() -> float:
         log.warning("cachesvc compile: %s=%r is not a number of seconds; using %.0f",
                     AT_EXIT_VAR, given, AT_EXIT_S)
         return AT_EXIT_S
-
-
-def at_exit(hook: Callable[[], None]) -> None:
-    """Run ``hook`` when the interpreter exits, before Python's thread pools refuse new work.
-    threading's own exit hooks run before the atexit ones, and in reverse order of registration: this
-    one, registered after concurrent.futures' (imported here first for that), runs before that hook
-    shuts the thread pools a publish uploads with (which then refuse new work: "cannot schedule new
-    futures after interpreter shutdown")."""
-    import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before this one
-
-    register = getattr(threading, "_register_atexit", None)
-    try:
-        if register is not None:
-            register(hook)
-        else:  # an interpreter without it: atexit runs after the pools shut, but still joins the thread
-            atexit.register(hook)
-    except RuntimeError:  # already shutting down: nothing more can be scheduled anyway
-        pass
 
 
 def _phase_summary(phases: Dict[str, float]) -> str:

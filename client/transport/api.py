@@ -187,5 +187,8 @@ class ServiceAPI:
     def verdict(self, body: dict) -> dict:
         return self.call("POST", "/api/v1/verdicts", json=body, check=answers.json_object)
 
+    def usage(self, body: dict, deadline: Optional[float] = None) -> dict:
+        return self.call("POST", "/api/v1/usage", deadline, json=body, check=answers.json_object)
+
     def entries(self, **filters) -> dict:
         return self.call("GET", "/api/v1/entries", params=filters, check=answers.json_object)

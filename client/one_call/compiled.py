@@ -102,8 +102,6 @@ class CompiledModel:
         self._publish_asked = publish is True  # a build job's: it tries a package again whatever failed before
         self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
-        #: the calls of each input shape and how each was served, reported to the service (cachesvc_client.usage)
-        self._tally = usage.track(self.client, name, self.tags)
         if self.route == "aoti":
             self._try_artifact()
         else:
@@ -113,6 +111,10 @@ class CompiledModel:
             self._fell_back(self._miss_cause(), declared=True)
         else:
             self._start_snapshot_restore()
+        #: the calls of each input shape and how each was served, reported to the service (cachesvc_client.usage);
+        #: not where the restore found the service down: its exit would wait for it again
+        down = any(r is not None and r.service_down for r in (self.report, getattr(self, "snapshot", None)))
+        self._tally = None if down else usage.track(self.client, name, self.tags)
 
     # -- a hit -------------------------------------------------------------------------------------
 

@@ -259,7 +259,8 @@ def main() -> None:
                           "verify_s": getattr(call, "verify_seconds", None),
                           "snapshot_wait_s": getattr(call, "snapshot_wait_seconds", None),
                           "tags": call.tags, "shape": call.shape, "report_warnings": call.report.warnings if call.report else [],
-                          "capture_phases": getattr(call, "capture_phases", None)}
+                          "capture_phases": getattr(call, "capture_phases", None),
+                          "usage": getattr(call, "usage", None)}  # an older client counts nothing
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}

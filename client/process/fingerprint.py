@@ -220,7 +220,8 @@ def _is_tensor(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
-def _sorted_keys(d: Dict[Any, Any]) -> List[Any]:
+def sorted_keys(d: Dict[Any, Any]) -> List[Any]:
+    """A dict's keys in the order shape_signature flattens them."""
     try:
         return sorted(d)
     except TypeError:  # mixed key types
@@ -231,7 +232,7 @@ def _flatten(x: Any, prefix: str, out: List[str]) -> None:
     if _is_tensor(x):
         out.append(f"{prefix}{_dtype_short(x.dtype)}[{','.join(_dim(d) for d in x.shape)}]")
     elif isinstance(x, dict):
-        for k in _sorted_keys(x):
+        for k in sorted_keys(x):
             _flatten(x[k], f"{prefix}{k}=", out)
     elif isinstance(x, (list, tuple)):
         for item in x:

@@ -9,7 +9,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from . import onefile, settings
 from .process import envfiles, keyenv, roots as roots_mod, torch_fixes
@@ -274,6 +274,33 @@ class CacheClient:
         body = {"reports": list(reports), **({"seconds": round(seconds, 3)} if seconds is not None else {})}
         return self.api.usage(body, time.monotonic() + timeout if timeout is not None else None)
 
+    def demand(self, name: str, tags: Optional[Mapping[str, str]] = None, *,
+               env: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
+        """The shapes the fleet called the model ``name`` with in this environment (``GET /api/v1/demand``), busiest
+        first: ``[{"shape", "calls", "served": {...}, "first_seen", "last_seen"}]``, of the key family whose tags
+        are ``tags`` (without ``tags``: of every family of the name, merged). Raises CacheClientError."""
+        env = keys.check_env(env if env is not None else self.environment())
+        answer = self.api.demand({"name": keys.check_name(name), **env, "limit": 256})
+        wanted = keys.check_tags(tags) if tags is not None else None
+        merged: Dict[str, Dict[str, Any]] = {}
+        for family in _items(answer):
+            if wanted is not None and family.get("tags") != wanted:
+                continue
+            for row in family.get("shapes") or []:
+                if isinstance(row, dict) and isinstance(row.get("shape"), str) and isinstance(row.get("calls"), int):
+                    into = merged.setdefault(row["shape"], {**row, "calls": 0})
+                    into["calls"] += row["calls"]
+        return sorted(merged.values(), key=lambda r: (-r["calls"], r["shape"]))
+
+    def packages(self, name: str, tags: Mapping[str, str], *, env: Optional[Mapping[str, str]] = None,
+                 limit: int = 64) -> List[str]:
+        """The shape texts of the key family's entries (``name``, ``tags``, this environment) that have a
+        precompiled package (``GET /api/v1/entries``), most restored first. Raises CacheClientError."""
+        env = keys.check_env(env if env is not None else self.environment())
+        answer = self.api.entries(name=keys.check_name(name), tags=keys.canonical_tags(keys.check_tags(tags)),
+                                  kind="pt2-package", sort="most_restored", limit=limit, **env)
+        return [e["shape"] for e in _items(answer, "entries") if isinstance(e.get("shape"), str)]
+
     def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                       strict: bool = False, require_hit: Optional[bool] = None) -> "Future[RestoreReport]":
         """``restore()`` in a background thread, so it overlaps ``import torch`` and building the model.
@@ -383,3 +410,9 @@ class CacheClient:
                               compile_seconds=_compile_seconds(compile_seconds))
         log.info("%s", report.summary(), extra=SUMMARY)
         return report
+
+
+def _items(answer: Any, field: str = "items") -> List[Dict[str, Any]]:
+    """The list of objects under ``field`` of a service's answer, the rest left out (its bytes are untrusted)."""
+    items = answer.get(field) if isinstance(answer, dict) else None
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []

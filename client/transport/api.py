@@ -187,6 +187,9 @@ class ServiceAPI:
     def verdict(self, body: dict) -> dict:
         return self.call("POST", "/api/v1/verdicts", json=body, check=answers.json_object)
 
+    def demand(self, params: dict) -> dict:
+        return self.call("GET", "/api/v1/demand", params=params, check=answers.json_object)
+
     def usage(self, body: dict, deadline: Optional[float] = None) -> dict:
         return self.call("POST", "/api/v1/usage", deadline, json=body, check=answers.json_object)
 

@@ -14,15 +14,15 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import calls, identity, proof as proof_mod, publisher as publisher_mod, spec as spec_mod, support
+from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support
+from . import shapes as shapes_mod
+from .learned import Learned
+from .slot import Slot, open_slot
 from . import verify as verify_mod
-from .binding import Binding
-from .runner import Runner
-from .. import usage
-from ..errors import CacheClientError, HitRequired
-from ..process.fingerprint import shape_signature
+from .. import settings, usage
+from ..errors import HitRequired
 
 log = logging.getLogger("cachesvc_client")
 #: how long a call that goes to torch.compile on a hit waits for the background snapshot restore
@@ -36,9 +36,20 @@ def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _signature(args: tuple, kwargs: Mapping[str, Any]) -> str:
-    """A call's ``shape_signature``, as the key's shape is made from the example call."""
-    return shape_signature(*args, kwargs) if kwargs else shape_signature(*args)
+#: the demand's busiest shapes a warm-up runs (with the example's and each learned package's)
+MAX_WARM_SHAPES = 64
+#: learned shapes' packages fetched by default (CACHESVC_LEARNED_PACKAGES)
+LEARNED_PACKAGES = 16
+
+
+def _learned_limit() -> int:
+    given = settings.current().learned_packages
+    try:
+        return max(0, int(given)) if given is not None else LEARNED_PACKAGES
+    except ValueError:
+        log.warning("cachesvc compile: %s=%r is not a whole number; fetching up to %d learned packages",
+                    settings.LEARNED_PACKAGES_VAR, given, LEARNED_PACKAGES)
+        return LEARNED_PACKAGES
 
 
 class Calls(dict):
@@ -72,7 +83,7 @@ class CompiledModel:
         # what the package serves (only tensors can be declared: another route needs no spec)
         self.spec = calls.CallSpec(args, call_kwargs, bool(model.training), forward=getattr(model, "forward", None),
                                    **(declared or {})) if self.route == "aoti" else None
-        base = _signature(args, call_kwargs)
+        base = shapes_mod.signature(args, call_kwargs)
         self.shape = self.spec.signature(base) if self.spec is not None else base
         #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
@@ -90,10 +101,8 @@ class CompiledModel:
         self.snapshot_wait_seconds: Optional[float] = None
         self.require_hit = support.require_hit(require_hit)
         self._verify = verify
-        self._runner: Optional[Runner] = None
-        self._binding: Optional[Binding] = None
-        #: the package's guards, holding for this model (proof.py): checked before every served call
-        self._proof: Optional[proof_mod.Proof] = None
+        #: the example's package, opened (slot.py: its runner, live tensors and proof, checked before every call)
+        self._slot: Optional[Slot] = None
         self._snapshot_future: Any = None
         self._compiled: Any = None
         #: calls served by the precompiled artifact / by torch.compile, and why torch.compile served
@@ -102,11 +111,12 @@ class CompiledModel:
         self._publish_asked = publish is True  # a build job's: it tries a package again whatever failed before
         self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
+        self._warming = False  # warm_up's calls are not the fleet's: usage does not count them
         if self.route == "aoti":
             self._try_artifact()
         else:
             self.miss_reason = f"route torch: {self.route_reason}"
-        if self._runner is None:
+        if self._slot is None:
             self._restore_snapshot()
             self._fell_back(self._miss_cause(), declared=True)
         else:
@@ -115,6 +125,10 @@ class CompiledModel:
         #: not where the restore found the service down: its exit would wait for it again
         down = any(r is not None and r.service_down for r in (self.report, getattr(self, "snapshot", None)))
         self._tally = None if down else usage.track(self.client, name, self.tags)
+        #: the packages of the other shapes the fleet served, fetched in the background (learned.py)
+        self._learned = None if down else self._start_learning()
+        #: what ``warm_up`` ran (None before it ran)
+        self.warmed: Optional[Dict[str, Any]] = None
 
     # -- a hit -------------------------------------------------------------------------------------
 
@@ -125,27 +139,24 @@ class CompiledModel:
         if not report.hit:
             self.miss_reason = report.reason or "no published artifact for this key"
             return
-        why = support.check_host(report.meta, self.device)
-        if why is None:
-            try:
-                # the proof first: a package that cannot vouch for this model is not even opened
-                checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), self.model)
-                binding = Binding(self.model)
-                self._runner = Runner(report.artifacts[0], binding.constants, self.device,
-                                      cuda_graph=self.cuda_graph)
-                self._binding, self._proof = binding, checked
-                self.proof_seconds, self.proof_guards = checked.load_seconds, checked.guards
-                self.spec.narrow(calls.parse_served(str((report.meta or {}).get(support.SERVED, ""))))
-                if self._runner.in_spec != self.spec.structure:  # the key's shape text matched, the package not
-                    why, self._runner, self._binding = "the package's inputs are not this call's arguments", None, None
-            except CacheClientError as exc:
-                why = exc.message
-        if why:
+        slot, why = open_slot(self.shape, report, self.model, self.spec, self.device, self.cuda_graph)
+        if slot is None:
             self.miss_reason = f"not using the published artifact: {why}"
             return
+        self._slot = slot
+        self.proof_seconds, self.proof_guards = slot.proof.load_seconds, slot.proof.guards
         self.source, self.load_seconds = "artifact", time.monotonic() - started
         log.info("cachesvc compile %s: loaded the precompiled artifact (version %s) in %.2f s",
                  self.name, report.version_id, self.load_seconds)
+
+    def _start_learning(self) -> Optional[Learned]:
+        """Fetch the key family's packages of other shapes in the background (none off the package route)."""
+        limit = _learned_limit()
+        if self.route != "aoti" or limit == 0 or not getattr(self.client, "url", ""):
+            return None
+        learned = Learned(self, limit)
+        learned.start()
+        return learned
 
     def _restore_snapshot(self) -> None:
         """A miss: bring back the key's snapshot (a previous publish's kernels) so torch.compile hits it.
@@ -195,64 +206,48 @@ class CompiledModel:
     # -- calls -------------------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        runner = self._runner
-        if runner is not None:
-            why = self.spec.mismatch(args, kwargs, self.model)
-            declared = why is None
-            flat = self.spec.flat(args, kwargs) if declared else None
-            why = why or spec_mod.grad_wanted(flat, self.model) or self._unproven(args, kwargs) or self._stale()
+        slot = self._slot
+        if slot is not None:
+            why, declared, flat = slot.refusal(args, kwargs, self.model, self.name)
             if why is None:
                 self.calls["artifact"] += 1
-                if self._tally is not None:  # a package of one shape: one token; of declared ranges: the shapes
+                slot.calls += 1
+                if self._tally is not None and not self._warming:  # one shape: one token; ranges: the shapes
                     token = tuple(t.shape for t in flat) if self.spec.dynamic else ()
-                    self._tally.count(token, 0, lambda: _signature(args, kwargs))
-                if self.calls["artifact"] > 1:
-                    return runner(*flat)
+                    self._tally.count(token, 0, lambda: shapes_mod.signature(args, kwargs))
+                if slot.calls > 1:
+                    return slot.runner(*flat)
                 started = time.monotonic()
-                out = self._first_checked(runner, flat, args, kwargs) if self._verify else runner(*flat)
-                if self._runner is not None:
+                out = self._first_checked(slot.runner, flat, args, kwargs) if self._verify else slot.runner(*flat)
+                if self._slot is not None:
                     self._report_hit(self.load_seconds + time.monotonic() - started)
                 return out
+            if slot.dead:
+                self._slot = None
+        learned = self._learned.find(args, kwargs) if self._learned is not None else None
+        if learned is not None:
+            return self._serve_learned(*learned, args, kwargs)
+        if slot is not None:
             self._fell_back(why, declared=declared)
         first = self._compiled is None
         self.calls["torch.compile"] += 1
-        if self._tally is not None:
-            shape = _signature(args, kwargs)
+        if self._tally is not None and not self._warming:
+            shape = shapes_mod.signature(args, kwargs)
             self._tally.count(shape, 1, lambda: shape)
         out = self._torch_compiled()(*args, **kwargs)
-        if first and self._runner is None and self._publish:
+        if first and self._slot is None and self._publish:
             self._start_publish()
         return out
 
-    def _unproven(self, args: tuple, kwargs: dict) -> Optional[str]:
-        """None while the package's guards hold for this call (proof.py); else the first that fails."""
-        try:
-            if self._proof.holds(args, kwargs):
-                return None
-        except Exception as exc:  # noqa: BLE001 - a check that cannot run proves nothing: torch.compile serves
-            return f"the package's guards could not be checked for this call: {type(exc).__name__}: {exc}"
-        return f"the package's guards fail for this call: {self._proof.why_not(args, kwargs)}"
+    def _serve_learned(self, slot: Slot, flat: List[Any], args: tuple, kwargs: dict) -> Any:
+        """A call served by a learned shape's package (learned.py)."""
+        self.calls["artifact"] += 1
+        slot.calls += 1
+        if self._tally is not None and not self._warming:
+            self._tally.count(("learned",) + tuple(t.shape for t in flat), 0, lambda: shapes_mod.signature(args, kwargs))
+        return slot.runner(*flat)
 
-    def _stale(self) -> Optional[str]:
-        """None while the package runs on the model's tensors (rebinding replaced ones); else why not."""
-        binding = self._binding
-        changed = binding.changed() if binding is not None else None
-        if changed is None:
-            return None
-        why = binding.refresh()
-        if why is None:
-            try:
-                self._proof.refresh()  # a swapped submodule has hook dicts of its own
-                self._runner.rebind(binding.constants)
-                log.info("cachesvc compile %s: %s was replaced; the package now runs on the new tensors",
-                         self.name, changed)
-                return None
-            except CacheClientError as exc:
-                why = exc.message
-        self._runner = self._binding = None  # for good: the package cannot run on these tensors
-        return f"the model's tensors were replaced ({changed}): {why}"
-
-    def _first_checked(self, runner: Runner, flat: list, args: tuple, kwargs: dict) -> Any:
+    def _first_checked(self, runner: Any, flat: list, args: tuple, kwargs: dict) -> Any:
         """verify=True: the first call runs the package (on ``flat``, the call's tensors) and eager and
         compares them (verify.close; a bf16/fp16 model also runs a float32 copy of itself once, the measure
         of eager's own rounding); a difference sends this call and every later one to torch.compile."""
@@ -264,7 +259,7 @@ class CompiledModel:
         self.verify_seconds = time.monotonic() - started
         if why is None:
             return got
-        self._runner = self._binding = None
+        self._slot = None
         self.calls["artifact"] -= 1
         self._fell_back(f"the package's first output differs from eager's: {why}", declared=True)
         self.calls["torch.compile"] += 1
@@ -297,6 +292,69 @@ class CompiledModel:
                     self._compiled = torch.compile(self.model, mode=self.mode, **self.kwargs)
         return self._compiled
 
+    def warm_up(self, shapes: Optional[Sequence[str]] = None, *, timeout: float = 600.0) -> Dict[str, Any]:
+        """Run each shape the fleet served once, on inputs made from the example call, before traffic.
+
+        Waits for the learned shapes' packages (learned.py), then calls the model once per shape: the
+        example's, each learned package's, and the fleet's demand read at start (busiest first, at most
+        ``MAX_WARM_SHAPES``), or ``shapes`` (shape texts) when given. A shape a package serves opens its
+        package (and in reduce-overhead captures its CUDA graph); one none serves compiles now, not in
+        the middle of traffic. Call it as the model is served (under ``torch.no_grad()`` where that is
+        how). Its calls are not counted as the fleet's usage. Returns (and keeps in ``warmed`` and the
+        restore report's ``warmed``) ``{"shapes": {shape: {"served": "package" | "compile" | "skipped",
+        "seconds"}}, "seconds", "packages", "compiled"}``; stops starting shapes after ``timeout`` s.
+        """
+        started = time.monotonic()
+        if self._learned is not None:
+            self._learned.wait(timeout)
+        wanted = list(shapes) if shapes is not None else self._warm_shapes()
+        ran: Dict[str, Dict[str, Any]] = {}
+        self._warming = True
+        try:
+            for shape in wanted:
+                if time.monotonic() - started > timeout:
+                    ran[shape] = {"served": "skipped", "why": "the warm-up's timeout passed", "seconds": 0.0}
+                    continue
+                ran[shape] = self._warm_one(shape)
+        finally:
+            self._warming = False
+        self.warmed = {"shapes": ran, "seconds": round(time.monotonic() - started, 3),
+                       "packages": sum(r["served"] == "package" for r in ran.values()),
+                       "compiled": sum(r["served"] == "compile" for r in ran.values())}
+        if self.report is not None:
+            self.report.warmed = self.warmed
+        log.info("cachesvc compile %s: warmed %d shape(s) in %.2f s: %d by a package, %d compiled", self.name,
+                 len(ran), self.warmed["seconds"], self.warmed["packages"], self.warmed["compiled"])
+        return self.warmed
+
+    def _warm_shapes(self) -> List[str]:
+        """The example's shape, each learned package's, then the demand's, busiest first; each once."""
+        found = [self.shape.partition("|")[0]]
+        if self._learned is not None:
+            found += [s.shape.partition("|")[0] for s in self._learned.slots]
+            found += [row["shape"] for row in self._learned.demand[:MAX_WARM_SHAPES]]
+        return list(dict.fromkeys(found))
+
+    def _warm_one(self, shape: str) -> Dict[str, Any]:
+        call = shapes_mod.resized(self.args, self.call_kwargs, shape)
+        if call is None:
+            return {"served": "skipped", "why": "not a shape of this model's call", "seconds": 0.0}
+        before = self.calls["artifact"]
+        started = time.monotonic()
+        self(*call[0], **call[1])
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+        served = "package" if self.calls["artifact"] > before else "compile"
+        return {"served": served, "seconds": round(time.monotonic() - started, 3)}
+
+    @property
+    def learned(self) -> Dict[str, Any]:
+        """The learned shapes' packages: served (shape, calls), skipped (shape: why), seconds, done."""
+        return self._learned.info() if self._learned is not None else {"packages": [], "skipped": {},
+                                                                      "seconds": None, "done": True}
+
     @property
     def usage(self) -> Dict[str, Dict[str, int]]:
         """``{shape: {"package": n, "compile": n, "eager": n}}``: this process's calls per input shape and how
@@ -306,12 +364,12 @@ class CompiledModel:
     @property
     def capture_seconds(self) -> Optional[float]:
         """How long the hit's CUDA-graph capture took (reduce-overhead on a GPU), once it ran; else None."""
-        return self._runner.capture_seconds if self._runner is not None else None
+        return self._slot.runner.capture_seconds if self._slot is not None else None
 
     @property
     def capture_phases(self) -> Dict[str, float]:
         """Where the first capture's seconds went (graph.GraphedRun.phases); empty before one ran."""
-        return dict(self._runner.capture_phases) if self._runner is not None else {}
+        return dict(self._slot.runner.capture_phases) if self._slot is not None else {}
 
     def _fell_back(self, why: str, *, declared: bool) -> None:
         """One line per cause; ``declared``: on the inputs the key was built for (require_hit refuses those)."""
@@ -325,7 +383,7 @@ class CompiledModel:
         if self.report is not None:
             self.report.warnings.append(f"torch.compile serves: {why}")
         log.warning("cachesvc compile %s: torch.compile serves this %s: %s", self.name,
-                    "model" if self._runner is None else "call", why)
+                    "model" if self._slot is None else "call", why)
 
     # -- publish after a miss ----------------------------------------------------------------------
 

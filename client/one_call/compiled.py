@@ -17,7 +17,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support
-from . import shapes as shapes_mod
+from . import shapes as shapes_mod, warmup
 from .learned import Learned
 from .slot import Slot, open_slot
 from . import verify as verify_mod
@@ -31,13 +31,21 @@ SNAPSHOT_WAIT_S = 60.0
 VERDICT_AT_EXIT_S = 5.0
 
 
+def _key_tags(model: Any, tags: Optional[Mapping[str, str]], mode: Optional[str], route: str,
+              options: Mapping[str, Any]) -> Dict[str, str]:
+    """The key's tags: the caller's, the mode and route, and the code and config (identity.py): same names and
+    shapes but another forward or setting is another key."""
+    return {**dict(tags or {}), "mode": mode or "default", "compile": route,
+            "structure": spec_mod.structure_fingerprint(model),
+            "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
+            "options": _options_digest(mode, options)}
+
+
 def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-#: the demand's busiest shapes a warm-up runs (with the example's and each learned package's)
-MAX_WARM_SHAPES = 64
 #: learned shapes' packages fetched by default (CACHESVC_LEARNED_PACKAGES)
 LEARNED_PACKAGES = 16
 
@@ -87,16 +95,11 @@ class CompiledModel:
         self.shape = self.spec.signature(base) if self.spec is not None else base
         #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
-        # code and config (identity.py): same names and shapes but another forward or setting is another key
-        self.tags = {**dict(tags or {}), "mode": mode or "default", "compile": self.route,
-                     "structure": spec_mod.structure_fingerprint(model),
-                     "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
-                     "options": _options_digest(mode, torch_compile_kwargs)}
+        self.tags = _key_tags(model, tags, mode, self.route, torch_compile_kwargs)
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
         #: a hit's proof: how long comparing it and rebuilding its guard trees took, and how many guards
-        self.proof_seconds: Optional[float] = None
-        self.proof_guards = 0
+        self.proof_seconds, self.proof_guards = None, 0
         #: a hit's first torch.compile call: how long it waited for the background snapshot restore
         self.snapshot_wait_seconds: Optional[float] = None
         self.require_hit = support.require_hit(require_hit)
@@ -293,61 +296,19 @@ class CompiledModel:
         return self._compiled
 
     def warm_up(self, shapes: Optional[Sequence[str]] = None, *, timeout: float = 600.0) -> Dict[str, Any]:
-        """Run each shape the fleet served once, on inputs made from the example call, before traffic.
-
-        Waits for the learned shapes' packages (learned.py), then calls the model once per shape: the
-        example's, each learned package's, and the fleet's demand read at start (busiest first, at most
-        ``MAX_WARM_SHAPES``), or ``shapes`` (shape texts) when given. A shape a package serves opens its
-        package (and in reduce-overhead captures its CUDA graph); one none serves compiles now, not in
-        the middle of traffic. Call it as the model is served (under ``torch.no_grad()`` where that is
-        how). Its calls are not counted as the fleet's usage. Returns (and keeps in ``warmed`` and the
-        restore report's ``warmed``) ``{"shapes": {shape: {"served": "package" | "compile" | "skipped",
-        "seconds"}}, "seconds", "packages", "compiled"}``; stops starting shapes after ``timeout`` s.
-        """
-        started = time.monotonic()
-        if self._learned is not None:
-            self._learned.wait(timeout)
-        wanted = list(shapes) if shapes is not None else self._warm_shapes()
-        ran: Dict[str, Dict[str, Any]] = {}
+        """Run each shape the fleet served once, on inputs made from the example call, before traffic
+        (warmup.py). Returns, and keeps in ``warmed`` and the restore report's ``warmed``,
+        ``{"shapes": {shape: {"served": "package" | "compile" | "skipped", "seconds"}}, "seconds", "packages",
+        "compiled"}``; no shape starts after ``timeout`` s. Call it as the model is served (under
+        ``torch.no_grad()`` where that is how); its calls are not counted as the fleet's usage."""
         self._warming = True
         try:
-            for shape in wanted:
-                if time.monotonic() - started > timeout:
-                    ran[shape] = {"served": "skipped", "why": "the warm-up's timeout passed", "seconds": 0.0}
-                    continue
-                ran[shape] = self._warm_one(shape)
+            self.warmed = warmup.warm_up(self, self._learned, shapes, timeout)
         finally:
             self._warming = False
-        self.warmed = {"shapes": ran, "seconds": round(time.monotonic() - started, 3),
-                       "packages": sum(r["served"] == "package" for r in ran.values()),
-                       "compiled": sum(r["served"] == "compile" for r in ran.values())}
         if self.report is not None:
             self.report.warmed = self.warmed
-        log.info("cachesvc compile %s: warmed %d shape(s) in %.2f s: %d by a package, %d compiled", self.name,
-                 len(ran), self.warmed["seconds"], self.warmed["packages"], self.warmed["compiled"])
         return self.warmed
-
-    def _warm_shapes(self) -> List[str]:
-        """The example's shape, each learned package's, then the demand's, busiest first; each once."""
-        found = [self.shape.partition("|")[0]]
-        if self._learned is not None:
-            found += [s.shape.partition("|")[0] for s in self._learned.slots]
-            found += [row["shape"] for row in self._learned.demand[:MAX_WARM_SHAPES]]
-        return list(dict.fromkeys(found))
-
-    def _warm_one(self, shape: str) -> Dict[str, Any]:
-        call = shapes_mod.resized(self.args, self.call_kwargs, shape)
-        if call is None:
-            return {"served": "skipped", "why": "not a shape of this model's call", "seconds": 0.0}
-        before = self.calls["artifact"]
-        started = time.monotonic()
-        self(*call[0], **call[1])
-        if self.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.synchronize()
-        served = "package" if self.calls["artifact"] > before else "compile"
-        return {"served": served, "seconds": round(time.monotonic() - started, 3)}
 
     @property
     def learned(self) -> Dict[str, Any]:

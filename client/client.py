@@ -267,8 +267,7 @@ class CacheClient:
 
     def report_usage(self, reports: Sequence[Mapping[str, Any]], *, seconds: Optional[float] = None,
                      timeout: Optional[float] = None) -> dict:
-        """Send the calls each shape of some models made, by how each was served (``POST /api/v1/usage``), as the
-        one call's reporter does (cachesvc_client.usage: the form of ``reports``). Raises CacheClientError."""
+        """``POST /api/v1/usage``, as the one call's reporter sends it (usage/reporter.py). Raises CacheClientError."""
         body = {"reports": list(reports), **({"seconds": round(seconds, 3)} if seconds is not None else {})}
         return self.api.usage(body, time.monotonic() + timeout if timeout is not None else None)
 

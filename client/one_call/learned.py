@@ -154,6 +154,8 @@ class Learned:
             return None, str(exc)
         if spec.signature(base) != shape:
             return None, "its key does not parse back to itself"
+        if not _covers(spec, base):  # a builder's example lies within what it declared
+            return None, "its declared ranges do not hold its own shape"
         return spec, ""
 
     def _busy(self, spec: calls.CallSpec) -> int:

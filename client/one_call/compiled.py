@@ -128,8 +128,11 @@ class CompiledModel:
         #: not where the restore found the service down: its exit would wait for it again
         down = any(r is not None and r.service_down for r in (self.report, getattr(self, "snapshot", None)))
         self._tally = None if down else usage.track(self.client, name, self.tags)
-        #: the packages of the other shapes the fleet served, fetched in the background (learned.py)
-        self._learned = None if down else self._start_learning()
+        #: the packages of the other shapes the fleet served, fetched in the background (learned.py); a miss that
+        #: publishes starts after its publish traced the model (_start_publish): loading a package's proof
+        #: writes the globals the trace reads
+        self._down = down
+        self._learned = None if down or (self._slot is None and self._publish) else self._start_learning()
         #: what ``warm_up`` ran (None before it ran)
         self.warmed: Optional[Dict[str, Any]] = None
 
@@ -362,6 +365,8 @@ class CompiledModel:
         # the export here, in the thread that made the first call, not in the background beside later calls
         self._publisher.export()
         self._publisher.start()
+        if self._learned is None and not self._down:
+            self._learned = self._start_learning()
 
     def wait_published(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Wait for the background publish; return {"snapshot": report dict, "artifact": report dict or error}.

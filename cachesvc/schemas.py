@@ -259,7 +259,12 @@ class UsageSchema(Schema):
         "description": "the time the counts cover (since the sender's last report), for the reader; not stored"})
 
 
-class DemandArgs(Schema.from_dict({f: _text(keys.MAX_ENV_VALUE) for f in keys.ENV_FIELDS}, name="DemandEnvArgs")):
+def _env_filter(field: str):
+    return _text(keys.MAX_ENV_VALUE, metadata={"description": f"the environment's {field}: only its key families "
+                                                              f"(all six environment fields, or none)"})
+
+
+class DemandArgs(Schema.from_dict({f: _env_filter(f) for f in keys.ENV_FIELDS}, name="DemandEnvArgs")):
     name = fields.String(required=True, validate=_rule(keys.check_name), metadata={"description": "the model's name"})
     limit = fields.Integer(load_default=64, validate=validate.Range(1, 256),
                            metadata={"description": "shapes listed per key family, the most called first"})

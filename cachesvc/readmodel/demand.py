@@ -34,7 +34,7 @@ def demand(session: Session, name: str, env: Optional[Dict[str, str]] = None, li
         return {"items": []}
     totals = {fid: (int(calls), n) for fid, calls, n in session.execute(
         select(DemandShape.family_id, func.sum(_calls()), func.count())
-        .where(DemandShape.family_id.in_(families)).group_by(DemandShape.family_id))}
+        .where(DemandShape.family_id.in_(list(families))).group_by(DemandShape.family_id))}
     shapes = _top_shapes(session, list(families), limit)
     items = [{"name": f.name, "family": f.family_digest, "env": f.env(), "tags": json.loads(f.tags),
               "calls": totals.get(fid, (0, 0))[0], "shapes": shapes.get(fid, []),

@@ -51,7 +51,7 @@ def record(session: Session, reports: List[dict], caps: Caps, now=None) -> List[
     _lock_names(session, names)
     published = set(session.scalars(select(Entry.name).where(Entry.name.in_(names)).distinct()))
     return [_record_item(session, item, caps, now) if item["key"]["name"] in published
-            else _dropped(item, _unpublished(item["key"]["name"])) for item in reports]
+            else _answer(item, 0, item["shapes"], _unpublished(item["key"]["name"])) for item in reports]
 
 
 def _unpublished(name: str) -> str:
@@ -81,12 +81,12 @@ def _calls(item: dict) -> int:
     return sum(item["served"][how] for how in SERVED_BY)
 
 
-def _dropped(report: dict, reason: str, shapes: Optional[List[dict]] = None, recorded: int = 0) -> dict:
+def _answer(report: dict, recorded: int, dropped: List[dict], reason: str) -> dict:
+    """What the answer says of a report item: its family, how many shapes were recorded, which were dropped
+    and why (one reason: an item is dropped whole, or its new shapes past the cap)."""
     key = report["key"]
     return {"name": key["name"], "family": keys.family_digest(key["name"], key["tags"], key["env"]),
-            "shapes": recorded,
-            "dropped": [{"shape": s["shape"], "reason": reason} for s in (report["shapes"] if shapes is None
-                                                                           else shapes)]}
+            "shapes": recorded, "dropped": [{"shape": s["shape"], "reason": reason} for s in dropped]}
 
 
 def _record_item(session: Session, report: dict, caps: Caps, now) -> dict:
@@ -97,34 +97,32 @@ def _record_item(session: Session, report: dict, caps: Caps, now) -> dict:
         families = session.scalar(select(func.count()).select_from(DemandFamily)
                                   .where(DemandFamily.name == key["name"]))
         if families >= caps.families:
-            return _dropped(report, f"{key['name']!r} has {families} key families (tags and environments) on "
-                                    f"record, the most CACHESVC_DEMAND_MAX_FAMILIES keeps; the families on "
-                                    f"record keep counting")
+            return _answer(report, 0, report["shapes"], f"{key['name']!r} has {families} key families (tags and "
+                           f"environments) on record, the most CACHESVC_DEMAND_MAX_FAMILIES keeps; the families on "
+                           f"record keep counting")
     kept, over = _fit(session, family_id, report["shapes"], caps.shapes)
     if kept and family_id is None:
         family_id = _new_family(session, key, digest, now)
     _add_calls(session, family_id, kept, now)
-    reason = (f"this key family has {caps.shapes} shapes on record, the most CACHESVC_DEMAND_MAX_SHAPES keeps; "
-              f"the shapes on record keep counting")
-    return _dropped(report, reason, over, recorded=len(kept))
+    return _answer(report, len(kept), over, f"this key family has {caps.shapes} shapes on record, the most "
+                   f"CACHESVC_DEMAND_MAX_SHAPES keeps; the shapes on record keep counting")
 
 
 def _fit(session: Session, family_id: Optional[int], shapes: List[dict], cap: int) -> tuple:
     """(the shapes to record, the new ones past the cap, in the report's order): every shape on record,
     and new ones while the family has room, the most called first."""
+    digests = [_shape_digest(s["shape"]) for s in shapes]
     on_record: Set[str] = set()
     count = 0
     if family_id is not None:
         on_record = set(session.scalars(select(DemandShape.shape_digest).where(
-            DemandShape.family_id == family_id,
-            DemandShape.shape_digest.in_([_shape_digest(s["shape"]) for s in shapes]))))
+            DemandShape.family_id == family_id, DemandShape.shape_digest.in_(digests))))
         count = session.scalar(select(func.count()).select_from(DemandShape)
                                .where(DemandShape.family_id == family_id))
-    new = sorted((s for s in shapes if _shape_digest(s["shape"]) not in on_record), key=lambda s: -_calls(s))
-    admitted = {id(s) for s in new[:max(0, cap - count)]}
-    kept = [s for s in shapes if id(s) in admitted or _shape_digest(s["shape"]) in on_record]
-    over = [s for s in shapes if id(s) not in admitted and _shape_digest(s["shape"]) not in on_record]
-    return kept, over
+    new = sorted((i for i, d in enumerate(digests) if d not in on_record), key=lambda i: -_calls(shapes[i]))
+    admitted = set(new[:max(0, cap - count)]) | {i for i, d in enumerate(digests) if d in on_record}
+    return ([s for i, s in enumerate(shapes) if i in admitted],
+            [s for i, s in enumerate(shapes) if i not in admitted])
 
 
 def _new_family(session: Session, key: dict, digest: str, now) -> int:

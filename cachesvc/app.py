@@ -10,6 +10,7 @@ from flask_smorest import Api
 
 from . import __version__, auth, config, errors
 from .db import Database
+from .demand import ReportLimiter
 from .resolve import HitLog
 from .storage import Storage, StorageError, from_url
 from .storage.decoding import BadBlob
@@ -37,6 +38,7 @@ class Services:
     version: str = __version__
     hits: Optional[HitLog] = None  # restore counters, written every HIT_FLUSH_SECONDS
     tokens: TTLCache = field(default_factory=lambda: TTLCache(0))  # sha256(Authorization) -> Principal
+    usage_limiter: ReportLimiter = field(default_factory=ReportLimiter)  # usage reports per sender, this process
 
 
 def build_services(settings: config.Settings) -> Services:
@@ -59,8 +61,8 @@ def build_services(settings: config.Settings) -> Services:
 
 def _install_api(app: Flask) -> None:
     """The request hooks (metrics, UTF-8 query strings, auth, JSON bodies) and the API's blueprints."""
-    from .api import (admin, blobs, entries, health, metrics as metrics_api, packs as packs_api, resolve, stats,
-                      verdicts, versions)
+    from .api import (admin, blobs, demand, entries, health, metrics as metrics_api, packs as packs_api, resolve,
+                      stats, usage, verdicts, versions)
     from .api import remote_cache as remote_cache_api
     from .api import add_security_headers, check_body_size, require_json_body, require_utf8_query
     from .metrics import Metrics
@@ -79,8 +81,8 @@ def _install_api(app: Flask) -> None:
         ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
 
     api = _Api(app)
-    for module in (versions, blobs, packs_api, resolve, verdicts, entries, stats, admin, health, metrics_api,
-                   remote_cache_api):
+    for module in (versions, blobs, packs_api, resolve, verdicts, usage, demand, entries, stats, admin, health,
+                   metrics_api, remote_cache_api):
         api.register_blueprint(module.blp)
 
 

@@ -53,6 +53,9 @@ SETTINGS: Dict[str, tuple] = {
     "EVENTS_RETENTION_DAYS": (90.0, float, "Days the events table (one row a resolve, a verdict, a publish) keeps a row; the scheduled rounds (GC_INTERVAL_SECONDS) delete older ones. The stats keep their totals (event_rollups); the pages' per-entry hit rates cover this window. 0 keeps them for ever."),
     "AUDIT_RETENTION_DAYS": (365.0, float, "Days the audit log keeps a record; the scheduled rounds delete older ones. 0 keeps them for ever."),
     "REMOTE_CACHE_MAX_IDLE_DAYS": (30.0, float, "GC evicts remote-cache items not read or written for this many days; 0 never evicts."),
+    "DEMAND_MAX_SHAPES": (256, int, "Most input shapes the fleet's demand (`POST /api/v1/usage`) keeps on record per key family (a model's name, tags and environment). A new shape past it is dropped, and the answer says so; the shapes on record keep counting. Nothing is ever evicted, so one reporter's shapes never push out another's. 0 keeps none."),
+    "DEMAND_MAX_FAMILIES": (256, int, "Most key families (tags and environments) of one model name the fleet's demand keeps on record; a report for a new family past it is dropped, the families on record keep counting. 0 keeps none."),
+    "USAGE_REPORTS_PER_MINUTE": (120, int, "Usage reports (`POST /api/v1/usage` requests) one token, or one client address without a token, may send a minute (bursts up to it, refilled over the minute); past it a report gets 429 with `Retry-After` and changes nothing. Each serving process (each gunicorn worker, each replica) counts on its own. 0: no limit."),
 }
 
 #: how the docs show the defaults that are None in SETTINGS (worked out in ``load``)

@@ -33,10 +33,11 @@ class CacheError(Exception):
                             "add it there with its HTTP status, and map it in cachesvc_client.errors")
         cls.status = ERROR_CODES[cls.code]
 
-    def __init__(self, message: str, details: Optional[Any] = None):
+    def __init__(self, message: str, details: Optional[Any] = None, headers: Optional[Mapping[str, str]] = None):
         super().__init__(message)
         self.message = message
         self.details = details
+        self.headers = dict(headers or {})  # sent with the answer (a 429's Retry-After)
 
 
 class InvalidRequest(CacheError):
@@ -69,6 +70,11 @@ class PayloadTooLarge(CacheError):
 
 class UnsupportedMediaType(CacheError):
     code = "unsupported_media_type"
+
+
+class RateLimited(CacheError):
+    """Too many requests of a kind from one sender; ``headers`` carries the ``Retry-After`` (seconds)."""
+    code = "rate_limited"
 
 
 class Unavailable(CacheError):
@@ -112,7 +118,8 @@ def describe(exc: Exception) -> tuple:
 def json_error(exc: Exception):
     """The JSON error response for a CacheError or an HTTPException."""
     code, message, status, details = describe(exc)
-    return jsonify(_body(code, message, details)), status
+    headers = exc.headers if isinstance(exc, CacheError) else {}
+    return jsonify(_body(code, message, details)), status, headers
 
 
 def register(app: Flask, translate: Mapping[type, Callable[[Exception], CacheError]] = MappingProxyType({})) -> None:

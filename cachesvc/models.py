@@ -9,7 +9,9 @@ not at all. A purge moves committed versions to ``purged`` (soft delete: see
 ``cachesvc.lifecycle.collect`` for when their rows and blobs really go). ``Event`` rows
 feed the stats (publishes, hits, misses, bytes stored and freed);
 ``AuditRecord`` rows say who changed what; ``Token`` rows hold the sha256 of
-each bearer token, never the token.
+each bearer token, never the token. ``DemandFamily`` and ``DemandShape`` rows
+are the fleet's shape demand: the calls each input shape of a key family made
+(``cachesvc.demand``), apart from the entries (no foreign key to them).
 The schema itself is made by the Alembic migrations in ``migrations/``;
 ``tests/service/test_migrations.py`` checks the two agree.
 """
@@ -276,3 +278,49 @@ class RemoteCacheItem(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     last_used_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     hit_count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class DemandFamily(Base):
+    """A key family (a key without its shape: name, tags, environment) whose calls processes report
+    (``POST /api/v1/usage``, ``cachesvc.demand``). Made only for a name that has an entry, but not tied to
+    one: purging or collecting entries leaves the demand (it is about the model, not a version)."""
+
+    __tablename__ = "demand_families"
+    __table_args__ = (UniqueConstraint("family_digest", name="uq_demand_families_family_digest"),
+                      Index("ix_demand_families_name", "name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    family_digest: Mapped[str] = mapped_column(String(64))  # keys.family_digest
+    name: Mapped[str] = mapped_column(String(200))
+    tags: Mapped[str] = mapped_column(Text)  # canonical JSON, see keys.canonical_tags
+    torch: Mapped[str] = mapped_column(String(200))
+    triton: Mapped[str] = mapped_column(String(200))
+    cuda: Mapped[str] = mapped_column(String(200))
+    python: Mapped[str] = mapped_column(String(200))
+    device: Mapped[str] = mapped_column(String(200))
+    arch: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    def env(self) -> Dict[str, str]:
+        return {"torch": self.torch, "triton": self.triton, "cuda": self.cuda,
+                "python": self.python, "device": self.device, "arch": self.arch}
+
+
+class DemandShape(Base):
+    """One input shape of a key family: its calls so far, by how each was served, added to by every report.
+
+    Unique by the shape's sha256, not its text: a shape of 2,000 four-byte characters is longer than a
+    PostgreSQL btree row may be."""
+
+    __tablename__ = "demand_shapes"
+    __table_args__ = (UniqueConstraint("family_id", "shape_digest", name="uq_demand_shapes_family_shape"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    family_id: Mapped[int] = mapped_column(ForeignKey("demand_families.id", ondelete="CASCADE"))
+    shape_digest: Mapped[str] = mapped_column(String(64))  # sha256 of the shape's UTF-8
+    shape: Mapped[str] = mapped_column(Text)
+    package_calls: Mapped[int] = mapped_column(BigInteger, default=0)  # served by a package
+    compile_calls: Mapped[int] = mapped_column(BigInteger, default=0)  # by torch.compile
+    eager_calls: Mapped[int] = mapped_column(BigInteger, default=0)    # by the model itself
+    first_seen: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    last_seen: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)

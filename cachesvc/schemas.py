@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cachesvc_client.shared import keys, signing
 from cachesvc_client.shared.rules import ENCODINGS
-from marshmallow import Schema, ValidationError, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 from webargs.fields import DelimitedList
 
 from .resolve import FALLBACK_STEPS
@@ -65,12 +65,16 @@ def _env_fields() -> dict:
 EnvSchema = Schema.from_dict(_env_fields(), name="EnvSchema")
 
 
-class KeySchema(Schema):
+class FamilyKeySchema(Schema):
+    """A key without its shape: a key family (``keys.family_digest``)."""
     name = fields.String(required=True, validate=_rule(keys.check_name))
-    shape = fields.String(required=True, validate=_rule(keys.check_shape))
     tags = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict,
                        validate=_rule(keys.check_tags))
     env = fields.Nested(EnvSchema, required=True)
+
+
+class KeySchema(FamilyKeySchema):
+    shape = fields.String(required=True, validate=_rule(keys.check_shape))
 
 
 class FileSchema(Schema):
@@ -198,6 +202,80 @@ class VerdictSchema(Schema):
     first_call_seconds = fields.Float(load_default=None, allow_none=True, validate=validate.Range(0, 10**7), metadata={
         "description": "how long the restored process's first compiled call took; with a hit verdict the stats "
                        "count the version's compile_seconds minus this as saved (without it: nothing saved)"})
+
+
+#: the bounds of a usage report (POST /api/v1/usage): key families a request, shapes a family, calls a count
+MAX_USAGE_REPORTS = 16
+MAX_USAGE_SHAPES = 64
+MAX_CALLS = 2**31 - 1
+SERVED_BY = ("package", "compile", "eager")
+
+
+def _calls(how: str):
+    return fields.Integer(required=True, strict=True, validate=validate.Range(0, MAX_CALLS),
+                          metadata={"description": f"calls of this shape served {how}"})
+
+
+class ServedSchema(Schema):
+    package = _calls("by a package (the precompiled artifact the one call restored)")
+    compile = _calls("by torch.compile")
+    eager = _calls("by the model itself, uncompiled")
+
+    @validates_schema
+    def _some_calls(self, data, **_kw):
+        if not any(data.get(how) for how in SERVED_BY):
+            raise ValidationError("a shape needs at least one call: package, compile or eager above 0")
+
+
+class UsageShapeSchema(Schema):
+    shape = fields.String(required=True, validate=_rule(keys.check_shape),
+                          metadata={"description": "the calls' input shape signature (the key's shape text)"})
+    served = fields.Nested(ServedSchema, required=True,
+                           metadata={"description": "the calls since the last report, by how each was served"})
+
+
+class UsageReportSchema(Schema):
+    key = fields.Nested(FamilyKeySchema, required=True,
+                        metadata={"description": "the key family: the model's key without its shape"})
+    shapes = fields.List(fields.Nested(UsageShapeSchema), required=True,
+                         validate=validate.Length(min=1, max=MAX_USAGE_SHAPES),
+                         metadata={"description": "each shape once, with its calls"})
+
+    @validates_schema
+    def _each_shape_once(self, data, **_kw):
+        seen = set()
+        for item in data["shapes"]:
+            if item["shape"] in seen:
+                raise ValidationError(f"shape {item['shape'][:100]!r} is given twice; give each shape once, its "
+                                      f"calls summed", field_name="shapes")
+            seen.add(item["shape"])
+
+
+class UsageSchema(Schema):
+    reports = fields.List(fields.Nested(UsageReportSchema), required=True,
+                          validate=validate.Length(min=1, max=MAX_USAGE_REPORTS),
+                          metadata={"description": "one item per key family (model) the process served"})
+    seconds = fields.Float(load_default=None, allow_none=True, validate=validate.Range(0, 86400), metadata={
+        "description": "the time the counts cover (since the sender's last report), for the reader; not stored"})
+
+
+def _env_filter(field: str):
+    return _text(keys.MAX_ENV_VALUE, metadata={"description": f"the environment's {field}: only its key families "
+                                                              f"(all six environment fields, or none)"})
+
+
+class DemandArgs(Schema.from_dict({f: _env_filter(f) for f in keys.ENV_FIELDS}, name="DemandEnvArgs")):
+    name = fields.String(required=True, validate=_rule(keys.check_name), metadata={"description": "the model's name"})
+    limit = fields.Integer(load_default=64, validate=validate.Range(1, 256),
+                           metadata={"description": "shapes listed per key family, the most called first"})
+
+    @validates_schema
+    def _whole_environment(self, data, **_kw):
+        given = [f for f in keys.ENV_FIELDS if f in data]
+        if given and len(given) < len(keys.ENV_FIELDS):
+            missing = [f for f in keys.ENV_FIELDS if f not in data]
+            raise ValidationError(f"give every environment field ({', '.join(keys.ENV_FIELDS)}) or none; "
+                                  f"missing: {', '.join(missing)}")
 
 
 SORTS = ("newest", "largest", "most_restored", "last_restored")

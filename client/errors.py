@@ -53,6 +53,11 @@ class BlobsMissing(Conflict):
     pass
 
 
+class RateLimited(CacheClientError):
+    """The service took too many requests of this kind from this token or address (429; so far only usage
+    reports are limited, per minute): send again after ``details["retry_after"]`` seconds."""
+
+
 class IntegrityError(CacheClientError):
     """Bytes did not match their sha256 or their declared size, or a manifest broke the path rules."""
 
@@ -99,6 +104,7 @@ _BY_CODE = {
     "not_found": NotFound,
     "conflict": Conflict,
     "blobs_missing": BlobsMissing,
+    "rate_limited": RateLimited,
     "unavailable": ServiceUnavailable,
 }
 

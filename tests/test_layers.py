@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cachesvc"
 ABOVE_STORAGE = ("cachesvc.index", "cachesvc.db", "cachesvc.models", "cachesvc.api", "cachesvc.browse",
                  "cachesvc.content", "cachesvc.errors", "cachesvc.publish", "cachesvc.resolve",
                  "cachesvc.lifecycle", "cachesvc.remote_cache", "cachesvc.app", "cachesvc.readmodel",
-                 "cachesvc.services")
+                 "cachesvc.services", "cachesvc.demand")
 
 #: the services that hold a store but go through the content door for its bytes: of storage they import
 #: its types module only (the Storage they hand on, StorageError)
@@ -109,6 +109,15 @@ def test_services_import_only_the_types_of_storage():
             if "cachesvc.storage" in imported(p) and STORAGE_TYPES not in imported(p)}
     assert ({p: names for p, names in found.items() if names}, bare) == ({}, set()), \
         "bytes go through the content door (cachesvc.content); of storage only cachesvc.storage.types"
+
+
+def test_the_demand_room_and_the_read_model_know_no_bytes_and_no_view():
+    """They keep rows only: the demand's writes (``cachesvc.demand``) and what the views and pages read
+    (``cachesvc.readmodel``) touch neither storage nor content, and call no view."""
+    apart = ["cachesvc.storage", "cachesvc.content", "cachesvc.api", "cachesvc.browse"]
+    found = {str(p.relative_to(PACKAGE)): sorted(reaches(imported(p), apart))
+             for folder in ("demand", "readmodel") for p in modules(folder)}
+    assert len(found) >= 6 and {p: names for p, names in found.items() if names} == {}
 
 
 def test_the_api_and_the_pages_never_import_each_other():

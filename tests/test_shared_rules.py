@@ -44,7 +44,7 @@ def test_the_http_errors_the_service_answers_by_name_are_in_the_table(exc):
 def test_the_client_maps_every_code_in_the_table_to_an_exception_of_its_kind():
     assert set(client_errors._BY_CODE) == set(rules.ERROR_CODES)
     by_status = {401: client_errors.Unauthorized, 403: client_errors.Forbidden, 404: client_errors.NotFound,
-                 409: client_errors.Conflict, 503: client_errors.ServiceUnavailable}
+                 409: client_errors.Conflict, 429: client_errors.RateLimited, 503: client_errors.ServiceUnavailable}
     for code, status in rules.ERROR_CODES.items():
         wanted = by_status.get(status, client_errors.InvalidRequest)
         assert issubclass(client_errors._BY_CODE[code], wanted), (code, status, client_errors._BY_CODE[code])

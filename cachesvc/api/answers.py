@@ -185,3 +185,50 @@ class StatsSchema(Schema):
         "cold compile seconds minus the restored first call, summed over exact-key hit verdicts"))
     gc_runs = fields.Integer(**_d("garbage collections run"))
     daily = fields.List(fields.Nested(StatsDaySchema), **_d("one row per day, oldest first"))
+
+
+class DroppedShapeSchema(Schema):
+    shape = fields.String(**_d("a shape of the report that was not recorded"))
+    reason = fields.String(**_d("why: the name has no entry, or a cap (the setting named) is reached"))
+
+
+class UsageRecordedSchema(Schema):
+    name = fields.String(**_d("the model's name, as reported"))
+    family = fields.String(**_d("the key family's digest (keys.family_digest of name, tags and env)"))
+    shapes = fields.Integer(**_d("how many of the report's shapes were recorded"))
+    dropped = fields.List(fields.Nested(DroppedShapeSchema), **_d("the shapes not recorded, each with why"))
+
+
+class UsageAnswerSchema(Schema):
+    recorded = fields.List(fields.Nested(UsageRecordedSchema), **_d("one item per report item, in order"))
+
+
+class ServedCallsSchema(Schema):
+    package = fields.Integer(**_d("calls served by a package"))
+    compile = fields.Integer(**_d("calls served by torch.compile"))
+    eager = fields.Integer(**_d("calls served by the model itself, uncompiled"))
+
+
+class DemandShapeSchema(Schema):
+    shape = fields.String(**_d("the input shape signature"))
+    calls = fields.Integer(**_d("its calls reported so far, however served"))
+    served = fields.Nested(ServedCallsSchema, **_d("those calls by how each was served"))
+    first_seen = _time("when a report first named it")
+    last_seen = _time("when a report last named it")
+
+
+class DemandFamilySchema(Schema):
+    name = fields.String(**_d("the model's name"))
+    family = fields.String(**_d("the key family's digest (keys.family_digest of name, tags and env)"))
+    env = fields.Dict(keys=fields.String(), values=fields.String(), **_d("the family's environment fields"))
+    tags = fields.Dict(keys=fields.String(), values=fields.String(), **_d("the family's tags"))
+    calls = fields.Integer(**_d("the calls of all its shapes on record"))
+    shapes = fields.List(fields.Nested(DemandShapeSchema), **_d(
+        "its most called shapes (up to `limit`), by calls, then by shape text"))
+    shapes_on_record = fields.Integer(**_d("how many shapes the family has on record (CACHESVC_DEMAND_MAX_SHAPES "
+                                           "at most)"))
+
+
+class DemandAnswerSchema(Schema):
+    items = fields.List(fields.Nested(DemandFamilySchema), **_d(
+        "the name's key families, the most called first; empty when nothing was reported for it"))

@@ -3,7 +3,8 @@
 ::
 
     GET /                   pages    entries (search, problems), an entry's versions and files with a
-    GET /entries/<id>                restore command each, stats (hit rate, top entries, devices, torch)
+    GET /entries/<id>                restore command each and the shapes the fleet served (charts.py),
+                                     stats (hit rate, top entries, devices, torch)
     GET /stats
     /login, /logout         signin   a token pasted once, a signed session cookie, CSRF on every form
     /admin/...              admin_pages  purge (preview, then confirm), audit log, tokens: through

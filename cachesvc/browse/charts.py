@@ -89,3 +89,47 @@ def hit_rate(rows: List[dict], width: int = 760, height: int = 200) -> Markup:
                      f'fill="#777">no verdicts in these days</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+#: how a call was served, its colour and its legend, in the order the bars stack
+SERVED = (("package", "#2060c0", "a package"), ("compile", "#f0a050", "torch.compile"),
+          ("eager", "#999999", "eager (uncompiled)"))
+SHAPE_LABEL = 34  # characters of a shape shown beside its bar (the whole text in its tooltip)
+
+
+def shape_demand(shapes: List[dict], width: int = 760, top_n: int = 20) -> Markup:
+    """The most called shapes of a key family (``readmodel.demand``'s rows, the first ``top_n``), one
+    horizontal bar each, split by how the calls were served (package, torch.compile, eager), with a legend.
+    Shapes are reported text, untrusted: escaped, and cut to fit beside the bar."""
+    rows = shapes[:top_n]
+    left, right, top, row_h, legend_h = 250, 80, 10, 22, 34
+    w = width - left - right
+    height = top + max(len(rows), 1) * row_h + legend_h
+    most = max([r["calls"] for r in rows] + [1])
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" class="chart demand">',
+             '<title>Calls per input shape, by how each was served</title>']
+    for i, r in enumerate(rows):
+        y = top + i * row_h
+        shape = r["shape"]
+        label = shape if len(shape) <= SHAPE_LABEL else shape[:SHAPE_LABEL - 1] + "…"
+        parts.append(f'<text class="shape-label" x="{left - 6}" y="{y + row_h * 0.65:.1f}" font-size="11" '
+                     f'text-anchor="end">{escape(label)}<title>{escape(shape)}</title></text>')
+        x = float(left)
+        for how, colour, legend in SERVED:
+            n = r["served"][how]
+            if not n:
+                continue
+            bw = w * n / most
+            parts.append(f'<rect class="served-{how}" x="{x:.1f}" y="{y + 3}" width="{bw:.1f}" height="{row_h - 6}" '
+                         f'fill="{colour}"><title>{escape(shape)}: {plural(n, "call")} served by {legend}</title>'
+                         f'</rect>')
+            x += bw
+        parts.append(f'<text x="{x + 4:.1f}" y="{y + row_h * 0.65:.1f}" font-size="11">{r["calls"]}</text>')
+    y = top + max(len(rows), 1) * row_h + 14
+    for i, (how, colour, legend) in enumerate(SERVED):
+        x = left + i * 160
+        parts.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{colour}"/>')
+        parts.append(f'<text x="{x + 16}" y="{y + 10}" font-size="12">served by {legend}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -27,6 +27,7 @@ bp = page_blueprint(Blueprint("web", __name__, template_folder="templates", stat
 PAGE = 100
 FILES_PAGE = 100  # files of each version an entry page lists at once
 TOP = 10  # rows of each "top entries" table on the stats page
+TOP_SHAPES = 20  # shapes of each key family an entry page shows (chart and table)
 
 
 def _filters() -> dict:
@@ -88,6 +89,10 @@ def entry(entry_id):
         detail = readmodel.entry_detail(s, entry_id)
         rates = readmodel.verdicts_by(s, [entry_id], per="version")
         entry_rate = readmodel.verdicts_by(s, [entry_id]).get(entry_id)
+        # the fleet's demand of the entry's model in the entry's environment: its key families (usually one)
+        demand = readmodel.demand(s, detail["name"], detail["env"], TOP_SHAPES)["items"]
+    for family in demand:
+        family["chart"] = charts.shape_demand(family["shapes"], top_n=TOP_SHAPES)
     offset = _offset(request.args.get("files_offset", 0), "files_offset")
     for v in detail["versions"]:
         v["verdicts"] = rates.get(v["id"])
@@ -95,7 +100,7 @@ def entry(entry_id):
         v["files_shown"] = v["files"][offset:offset + FILES_PAGE]  # a version may hold 100,000 files
     more = any(len(v["files"]) > offset + FILES_PAGE for v in detail["versions"])
     return render_template("entry.html", e=detail, entry_rate=entry_rate, files_offset=offset, files_page=FILES_PAGE,
-                           files_more=more)
+                           files_more=more, demand=demand)
 
 
 @bp.route("/stats")

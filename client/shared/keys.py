@@ -6,7 +6,8 @@ receives, and restore checks what the service hands back.
 
 A cache *key* is the environment fingerprint (``ENV_FIELDS``), the caller's
 ``name`` and ``shape`` signature, and optional string ``tags``. Its canonical
-form is sorted-key JSON; ``key_digest`` is the sha256 of that text.
+form is sorted-key JSON; ``key_digest`` is the sha256 of that text. A key
+without its shape is a key *family*; ``family_digest`` names one.
 
 Stdlib only: this module is imported by inference containers.
 """
@@ -105,6 +106,18 @@ def key_digest(name: str, shape: str, tags: Mapping[str, str], env: Mapping[str,
     doc = {"name": name, "shape": shape, "tags": dict(sorted(tags.items())),
            "env": {f: env[f] for f in ENV_FIELDS}}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def family_digest(name: str, tags: Mapping[str, str], env: Mapping[str, str]) -> str:
+    """sha256 of a key *family*: the key without its shape (name, tags, environment), under which the
+    service keeps the fleet's shape demand (``POST /api/v1/usage``, ``GET /api/v1/demand``).
+
+    Canonical as ``key_digest`` is, but the text hashed starts with ``family:`` where a key's starts with
+    ``{``, so no family digest is ever a key digest (two different texts; sha256 collisions aside).
+    """
+    doc = {"name": name, "tags": dict(sorted(tags.items())), "env": {f: env[f] for f in ENV_FIELDS}}
+    text = "family:" + json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

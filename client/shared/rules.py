@@ -36,6 +36,7 @@ ERROR_CODES = {
     "blobs_missing": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
+    "rate_limited": 429,
     "unavailable": 503,
     # werkzeug's HTTP errors, answered under their names (cachesvc.errors.describe)
     "bad_request": 400,

@@ -2,6 +2,7 @@
 restore's on-disk guard ``safe_target`` (issue 5, part 1: property tests for the path and key rules)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -199,6 +200,49 @@ def test_key_digest_changes_when_any_field_changes(name, shape, tags, env, data)
         assume(env[f] != other)
         env = {**env, f: other}
     assert keys.key_digest(name, shape, tags, env) != before, field
+
+
+# -- family_digest: a key without its shape (the fleet's demand is kept per family) -----------------
+
+
+@PROPS
+@given(texts, tag_maps, envs, st.randoms(use_true_random=False))
+def test_family_digest_ignores_tag_and_env_order(name, tags, env, rnd):
+    items, env_items = list(tags.items()), list(env.items())
+    rnd.shuffle(items)
+    rnd.shuffle(env_items)
+    assert keys.family_digest(name, dict(items), dict(env_items)) == keys.family_digest(name, tags, env)
+
+
+@PROPS
+@given(texts, texts, tag_maps, envs, st.data())
+def test_family_digest_changes_with_name_tags_and_env_and_is_never_a_key_digest(name, shape, tags, env, data):
+    family = keys.family_digest(name, tags, env)
+    assert family != keys.key_digest(name, shape, tags, env)
+    assert len(family) == 64 and keys.check_digest(family) == family
+    other = data.draw(texts)
+    field = data.draw(st.sampled_from(["name", "new tag", "env"]))
+    if field == "name":
+        assume(other != name)
+        name = other
+    elif field == "new tag":
+        k = data.draw(tag_keys)
+        assume(k not in tags)
+        tags = {**tags, k: other}
+    else:
+        f = data.draw(st.sampled_from(keys.ENV_FIELDS))
+        assume(env[f] != other)
+        env = {**env, f: other}
+    assert keys.family_digest(name, tags, env) != family, field
+
+
+def test_family_digest_is_pinned():
+    """The client and the service compute it apart (the client for its reports, the service to name the
+    family it keeps): a change to the canonical text is a change to the wire."""
+    env = dict(zip(keys.ENV_FIELDS, ("2.13.0", "3.6.0", "12.8", "3.11", "NVIDIA H200", "sm_90")))
+    text = ('family:{"env":{"arch":"sm_90","cuda":"12.8","device":"NVIDIA H200","python":"3.11","torch":"2.13.0",'
+            '"triton":"3.6.0"},"name":"llama","tags":{"mode":"default"}}')
+    assert keys.family_digest("llama", {"mode": "default"}, env) == hashlib.sha256(text.encode()).hexdigest()
 
 
 # -- manifest_digest -------------------------------------------------------------------------

@@ -64,6 +64,8 @@ OPERATIONS = [
     "GET /api/v1/packs/{sha256}",
     "GET /api/v1/resolve",
     "POST /api/v1/verdicts",
+    "POST /api/v1/usage",
+    "GET /api/v1/demand",
     "GET /api/v1/entries",
     "GET /api/v1/entries/{entry_id}",
     "GET /api/v1/stats",

@@ -32,6 +32,8 @@ ROUTES = [
     ("GET", f"/api/v1/packs/{DIGEST}", "read"),
     ("GET", "/api/v1/resolve", "read"),
     ("POST", "/api/v1/verdicts", "read"),  # restoring processes hold read tokens
+    ("POST", "/api/v1/usage", "read"),  # and so do the serving processes that report their calls
+    ("GET", "/api/v1/demand", "read"),
     ("GET", "/api/v1/entries", "read"),
     ("GET", "/api/v1/entries/1", "read"),
     ("GET", "/api/v1/stats", "read"),

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from cachesvc.models import Entry, Version
+from cachesvc_client.shared import keys
 from harness.containers import inherited_env
 from tests.helpers import key, publish, publish_body, resolve_params, sha
 
@@ -337,3 +338,67 @@ def test_stats_page_answers_top_entries_hardware_torch_and_the_daily_hit_rate(cl
     assert rate_svg[:rate_svg.index("</svg>")].count('class="day-rate"') == 1, "one day with verdicts"
     today = client.get("/api/v1/stats", query_string={"days": 3}).json["daily"][-1]
     assert (today["verdicts"], today["hits"], today["hit_rate"], today["compile_seconds_saved"]) == (3, 2, 0.667, 45.0)
+
+
+# ------------------------------------------------------------------------ the fleet's demand on the entry page
+
+
+def _usage(client, name: str, shapes: dict, tags=None, **env) -> None:
+    """Report ``shapes`` ({shape: (package, compile, eager)}) for the key family of ``name``."""
+    fam = key(name=name, tags=tags, **env)
+    del fam["shape"]
+    items = [{"shape": s, "served": dict(zip(("package", "compile", "eager"), n))} for s, n in shapes.items()]
+    resp = client.post("/api/v1/usage", json={"reports": [{"key": fam, "shapes": items}]})
+    assert resp.status_code == 200 and resp.json["recorded"][0]["shapes"] == len(shapes), resp.json
+
+
+def _demand_section(html: str) -> str:
+    return html[html.index('<section id="demand">'):html.index("</section>", html.index('<section id="demand">'))]
+
+
+def test_the_entry_page_charts_the_shapes_the_fleet_served_escaped(client):
+    # keys.check_shape allows any printable text, markup characters too (a control character it refuses)
+    for shape in ('f32[<script>alert(1)</script>]', 'a&b "quoted" \'x\''):
+        assert keys.check_shape(shape) == shape
+    for shape in ("f32[\n]", "f32[\x00]", "a\u2028b"):
+        with pytest.raises(keys.InvalidKey):
+            keys.check_shape(shape)
+    entry_id = publish(client, {"f": b"x"}, key(name="llama"))["version"]["entry_id"]
+    hostile = 'f32[<script>alert("x")</script>]'
+    _usage(client, "llama", {"f32[8,256]": (120, 3, 0), hostile: (0, 2, 5), "f32[" + "9," * 30 + "9]": (0, 0, 1)})
+    _usage(client, "llama", {"other-env": (50, 0, 0)}, device="NVIDIA H200")  # another environment: not this page's
+    publish(client, {"f": b"y"}, key(name="bert"))
+    _usage(client, "bert", {"bert-shape": (9, 0, 0)})  # another model
+    section = _demand_section(client.get(f"/entries/{entry_id}").get_data(as_text=True))
+    assert "Shapes the fleet served" in section and 'id="no-demand"' not in section
+    assert "<script" not in section and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in section
+    assert "other-env" not in section and "bert-shape" not in section
+    svg = section[section.index('<svg'):section.index("</svg>")]
+    assert svg.count('class="shape-label"') == 3
+    assert svg.count('class="served-package"') == 1 and svg.count('class="served-compile"') == 2
+    assert svg.count('class="served-eager"') == 2
+    assert "120 calls served by a package" in svg and "served by eager (uncompiled)" in svg  # a tooltip, the legend
+    long = "f32[" + "9," * 30 + "9]"
+    assert f">{long[:33]}…<title>{long}</title>" in svg  # cut beside its bar, whole in its tooltip
+    rows = re.findall(r'<tr class="demand-shape">(.*?)</tr>', section, re.S)
+    cells = [re.findall(r'<td class="num">(\d+)</td>', r) for r in rows]
+    assert cells == [["123", "120", "3", "0"], ["7", "0", "2", "5"], ["1", "0", "0", "1"]]
+    assert "f32[8,256]" in rows[0] and "<time" in rows[0] and "131 calls reported over 3 shapes" in section
+
+
+def test_the_entry_page_shows_the_20_most_called_shapes_of_each_family_and_says_so(client):
+    entry_id = publish(client, {"f": b"x"}, key(name="llama"))["version"]["entry_id"]
+    _usage(client, "llama", {f"s{i:02d}": (i + 1, 0, 0) for i in range(25)})
+    _usage(client, "llama", {"tagged": (1, 0, 0)}, tags={"mode": "max-autotune"})
+    section = _demand_section(client.get(f"/entries/{entry_id}").get_data(as_text=True))
+    families = section.split('<div class="demand-family">')[1:]
+    assert len(families) == 2 and "Tags <code>mode=max-autotune</code>" in families[1]
+    assert "over 25 shapes (the 20 most called shown)" in families[0]
+    assert families[0].count('class="shape-label"') == 20 and families[0].count('<tr class="demand-shape">') == 20
+    assert "s24" in families[0] and "s04" not in families[0]
+
+
+def test_an_entry_without_demand_says_how_the_fleet_reports(client):
+    entry_id = publish(client, {"f": b"x"}, key(name="quiet"))["version"]["entry_id"]
+    section = _demand_section(client.get(f"/entries/{entry_id}").get_data(as_text=True))
+    assert 'id="no-demand"' in section and "cachesvc_client.compile" in section and "<svg" not in section

@@ -42,7 +42,7 @@ from schemathesis.checks import (content_type_conformance, not_a_server_error, r
 from sqlalchemy import select
 
 from cachesvc.models import Entry
-from tests.helpers import key, publish, publish_body, resolve_params
+from tests.helpers import key, publish, publish_body, resolve_params, set_settings
 from tests.helpers.service import OPERATIONS
 
 pytestmark = pytest.mark.parametrize("storage_settings", ["local"], indirect=True)
@@ -60,6 +60,8 @@ def seeded(app):
     done = publish(c, {"a/b.py": b"code", "c": b"\x7fELF"}, key(tags={"mode": "default"}))
     pending = c.post("/api/v1/versions", json=publish_body({"d": b"not uploaded yet"})).json
     c.put("/api/v1/remote-cache/fx-graph/pt2:fx-graph-v1::k:c1", query_string=key()["env"], data=b"{}")
+    # the sweep sends hundreds of usage reports a minute; their flood limit is test_demand.py's
+    set_settings(app, USAGE_REPORTS_PER_MINUTE=0)
     app.config["KNOWN"] = {"version_id": done["version"]["id"], "entry_id": done["version"]["entry_id"],
                            "sha256": pending["upload"][0]["sha256"], "ident": "test-read",
                            "cache": "fx-graph", "key": "pt2:fx-graph-v1::k:c1"}
@@ -145,6 +147,9 @@ def valid_requests(known: dict) -> dict:
         "GET /api/v1/resolve": {"query": {**resolve_params(k), "fallback": "shape", "fallback_max_bytes": 100,
                                           "kind": "inductor-dir"}},
         "POST /api/v1/verdicts": {"body": {"versions": [version], "verdict": "no_hits", "first_call_seconds": 0.5}},
+        "POST /api/v1/usage": {"body": {"reports": [{"key": {f: k[f] for f in ("name", "tags", "env")}, "shapes": [
+            {"shape": k["shape"], "served": {"package": 3, "compile": 1, "eager": 0}}]}], "seconds": 30.0}},
+        "GET /api/v1/demand": {"query": {"name": "mlp", **env, "limit": 10}},
         "GET /api/v1/entries": {"query": {"name": "mlp", "shape": k["shape"], "tags": '{"mode":"default"}',
                                           "tag": "mode=default", **env, "kind": "inductor-dir", "sort": "largest",
                                           "limit": 10, "offset": 0}},

@@ -61,7 +61,7 @@ def run(example: Example, job: Job, client: Any) -> Outcome:
     with _not_counted():
         compiled, first = _example(example, job, client)
         outcome = Outcome(job.name, {"name": job.name, "tags": compiled.tags, "env": client.environment()},
-                          first, dry_run=job.dry_run)
+                          first, job=_asked(job), dry_run=job.dry_run)
         demand = _demand(client, job, compiled.tags, outcome)
         if demand:
             _build_plan(demand, example, job, client, outcome, started)
@@ -92,8 +92,17 @@ def _build_plan(demand: List[Dict[str, Any]], example: Example, job: Job, client
     known = _published_keys(client, job, outcome.key["tags"]) if job.dry_run else set()
     for package in outcome.plan.packages:
         result = _package(package, example, layout, job, client, outcome.example, known, started)
-        log.info("cachesvc build %s: %s: %s", job.name, result.describe(), result.state())
+        if not job.dry_run:  # progress, on stderr: a package can take minutes
+            log.info("cachesvc build %s: %s: %s", job.name, result.describe(), result.state())
         outcome.packages.append(result)
+
+
+def _asked(job: Job) -> Dict[str, Any]:
+    """The job's settings as JSON shows them (an option that is no JSON value, a set say, as its repr)."""
+    options = {k: v if isinstance(v, (bool, int, float, str, type(None), list, dict)) else repr(v)
+               for k, v in (job.options or {}).items()}
+    return {"mode": job.mode, "options": options, "tags": dict(job.tags or {}), "max_packages": job.max_packages,
+            "coverage": job.coverage, "budget": job.budget}
 
 
 @contextlib.contextmanager
@@ -124,7 +133,7 @@ def _example(example: Example, job: Job, client: Any) -> Tuple[Any, Result]:
         compiled = _compile(example.model, example.args, example.kwargs, job, client)
     except Exception as exc:  # noqa: BLE001 - said in one line by the caller
         raise JobError(f"the one call could not take the example call: {_why(exc)}") from exc
-    result = Result(shapes.signature(example.args, example.kwargs), compiled.shape, 0)
+    result = Result(shapes.signature(example.args, example.kwargs), compiled.shape, 0, example=True)
     if compiled.source == "artifact":
         result.status = ALREADY
     elif not job.dry_run:
@@ -160,7 +169,8 @@ def _package(package: plan_mod.Package, example: Example, layout: List[Optional[
              client: Any, first: Result, known: set, started: float) -> Result:
     """One planned package built (or found built, or left out by the budget)."""
     if package.exact and package.shape == first.shape:  # the example, built at step 1
-        return replace(Result.of(package, first.key), status=first.status, why=first.why, seconds=first.seconds)
+        return replace(Result.of(package, first.key), status=first.status, why=first.why, seconds=first.seconds,
+                       example=True)
     call = shapes.resized(example.args, example.kwargs, package.shape)
     if call is None:  # the plan keeps shapes of the example's structure only: not expected
         return replace(Result.of(package), status=FAILED, why="not a shape the example call can be resized to")

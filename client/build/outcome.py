@@ -22,6 +22,7 @@ class Result:
     status: str = PLANNED
     why: str = ""  # failed: the cause; not started: the budget
     seconds: float = 0.0  # what building it (or finding it built) took
+    example: bool = False  # the example call's own package, built first
 
     @classmethod
     def of(cls, package: Package, key: str = "") -> "Result":
@@ -47,6 +48,7 @@ class Outcome:
     name: str
     key: Dict[str, Any]  # the key family: name, tags, env
     example: Result
+    job: Dict[str, Any] = field(default_factory=dict)  # how it was asked to build (mode, options, limits)
     dry_run: bool = False
     plan: Optional[Plan] = None
     packages: List[Result] = field(default_factory=list)
@@ -71,20 +73,21 @@ class Outcome:
             return out + [self.error or self.note]
         out += [f"plan: {line}" for line in self.plan.summary()]
         width = max([len(r.describe()) for r in self.packages] + [10])
-        out += [f"  {r.describe():<{width}}  {r.calls:>10,} calls  {r.state()}" for r in self.packages]
+        out += [f"  {r.describe():<{width}}  {r.calls:>10,} calls  {r.state()}{' (the example)' * r.example}"
+                for r in self.packages]
         return out + [self._summary()]
 
     def _summary(self) -> str:
         n = self.counts()
         if self.dry_run:
-            return (f"dry run: {len(self.packages)} packages planned, {n[ALREADY]} already built; nothing built "
-                    f"({self.seconds:.1f} s)")
+            return (f"dry run: {len(self.packages)} packages planned, {n[ALREADY]} already built, {n[PLANNED]} to "
+                    f"build; nothing built ({self.seconds:.1f} s)")
         said = ", ".join(f"{count} {status}" for status, count in n.items() if status != PLANNED)
         ending = "every planned package exists" if self.ok else "some planned packages do not exist"
         return f"{said} in {self.seconds:.1f} s: {ending}"
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"name": self.name, "key": self.key, "dry_run": self.dry_run, "ok": self.ok,
+        return {"name": self.name, "key": self.key, "job": self.job, "dry_run": self.dry_run, "ok": self.ok,
                 "example": dict(asdict(self.example), exists=self.example.exists),
                 "plan": self.plan.to_dict() if self.plan is not None else None,
                 "packages": [dict(asdict(r), exists=r.exists) for r in self.packages],

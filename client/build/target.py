@@ -84,7 +84,10 @@ def _import_file(path: str) -> ModuleType:
 
 
 def _checked(target: str, made: Any) -> Example:
-    import torch
+    try:
+        import torch
+    except ImportError as exc:
+        raise TargetError(f"the build needs torch ({exc}): run it where the app runs, in its image") from None
 
     if not isinstance(made, (tuple, list)) or len(made) not in (2, 3):
         raise TargetError(f"{target}() returned {_kind(made)}; it must return {RETURNS}")

@@ -411,14 +411,17 @@ def build(ctx, *, target, name, mode, options, tags, max_packages, coverage, bud
     from .. import build as build_job  # here: torch and the one call load for this command only
 
     _setup_logging(quiet)
-    client = _keyed_client(ctx, url, token, None, timeout=timeout, env_file=None)
+    if not url:
+        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
+    client = CacheClient(url, token, timeout=timeout)
     if not dry_run and not client.token:
         raise click.UsageError("building publishes: pass --token or set CACHESVC_TOKEN (a write token), or plan "
                                "only with --dry-run", ctx)
-    try:
+    try:  # before the key's environment is probed: a TARGET that is not one is said at once
         example = build_job.load(target)
     except build_job.TargetError as exc:
         raise click.UsageError(str(exc), ctx) from None
+    _environment(ctx, client)
     job = build_job.Job(name, mode=mode, options=options, tags=tags or None, max_packages=max_packages,
                         coverage=coverage, budget=budget, dry_run=dry_run)
     try:

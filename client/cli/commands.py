@@ -4,16 +4,19 @@
     cachesvc-client restore --env-file /etc/cachesvc/env.json --name N --shape S   # init container, no torch
     cachesvc-client check --env-file /etc/cachesvc/env.json --name N --shape S     # will it hit? (CI gate)
     cachesvc-client status | ls | stats                       # this cache dir; the service's keys; its totals
+    cachesvc-client build app.model:build --name N            # nightly, in the app image: build what the fleet serves
 
 Exit status: 0 on a hit or a miss (a miss is not a failure: the app will compile), also
 when no service URL is set; 1 on a miss or error with --strict or CACHESVC_REQUIRE_HIT=1, and
 when ls/stats/publish fail; 2 on bad arguments, a bad env file or a bad CACHESVC_ENV_<FIELD>,
 always as one line naming the flag, file or variable. check: 0 hit, 1 miss, 2 usage, 3 the
-service could not answer. Output: the summary once, on stdout (--json: the
+service could not answer. build: 0 every planned package exists, 1 some failed or were left out by
+the budget, 2 usage (TARGET included). Output: the summary once, on stdout (--json: the
 report as JSON); progress and warnings on stderr; -q: warnings only.
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import logging
@@ -53,6 +56,37 @@ def _tags(ctx: click.Context, param: click.Parameter, values) -> Dict[str, str]:
         return keys.check_tags(tags)
     except keys.InvalidKey as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+#: the one call's own parameters: the build sets them from its flags, never from an --option
+_NOT_OPTIONS = {"model", "args", "kwargs", "name", "mode", "client", "tags", "publish", "dynamic_shapes", "examples",
+                "verify", "require_hit"}
+
+
+def _compile_options(ctx: click.Context, param: click.Parameter, values) -> Dict[str, object]:
+    """``--option KEY=VALUE``s as torch.compile's keyword arguments: VALUE a Python literal, else the string."""
+    options: Dict[str, object] = {}
+    for item in values:
+        key, sep, text = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (a torch.compile argument: fullgraph=True)", ctx, param)
+        if key in _NOT_OPTIONS:
+            instead = "--mode" if key == "mode" else "--tag" if key == "tags" else "--name" if key == "name" else ""
+            raise click.BadParameter(f"{key!r} is not a torch.compile option here: "
+                                     f"{f'use {instead}' if instead else 'the build sets it'}", ctx, param)
+        if key in options:
+            raise click.BadParameter(f"{key!r} is given twice", ctx, param)
+        options[key] = _literal(text)
+    return options
+
+
+def _literal(text: str) -> object:
+    """``True``, ``3``, ``{'max_autotune': True}`` as Python values (ast.literal_eval); anything else (``inductor``,
+    ``max-autotune``) as the string itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
 
 
 def _environment(ctx: click.Context, client: CacheClient) -> Dict[str, str]:
@@ -115,6 +149,11 @@ def _service_options(f, timeout: float = 10.0):
     return f
 
 
+def _client_service_options(f):
+    """The service options with CacheClient's own timeout: for a command that restores and publishes."""
+    return _service_options(f, timeout=_CLIENT_DEFAULTS["timeout"].default)
+
+
 def _key_options(f):
     for opt in reversed([
         click.option("--name", required=True, callback=rule(keys.check_name), help="Model or service name."),
@@ -130,7 +169,7 @@ def _key_options(f):
         click.option("-q", "--quiet", is_flag=True, help="Print nothing but warnings and errors (and --json)."),
     ]):
         f = opt(f)
-    return _service_options(f, timeout=_CLIENT_DEFAULTS["timeout"].default)
+    return _client_service_options(f)
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -336,6 +375,62 @@ def stats(ctx, *, days, url, token, timeout, as_json):
     api = _service(ctx, url, token, timeout=timeout)
     got = _ask(ctx, lambda: inventory.service_stats(api, days))
     click.echo(json.dumps(got, indent=2) if as_json else inventory.stats_text(got, days))
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--name", required=True, callback=rule(keys.check_name),
+              help="The model's name, as the app passes it to cachesvc_client.compile.")
+@click.option("--mode", default=None, help="torch.compile's mode, as the app passes it [default: torch's].")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", callback=_compile_options,
+              help="A torch.compile keyword argument, as the app passes it (repeatable); VALUE a Python literal "
+                   "(True, 3, \"{'max_autotune': True}\"), else a string.")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", callback=_tags,
+              help="A key tag, as the app passes tags= (repeatable).")
+@click.option("--max-packages", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Packages the plan builds at most.")
+@click.option("--coverage", type=click.FloatRange(0, 1, min_open=True), default=0.99, show_default=True,
+              help="The share of the fleet's observed calls the plan must cover.")
+@click.option("--budget", type=click.FloatRange(0), default=3600.0, show_default=True, metavar="SECONDS",
+              help="No new build starts after this many seconds.")
+@click.option("--dry-run", is_flag=True, help="Plan only: build and publish nothing.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but warnings and errors (and --json).")
+@_client_service_options
+@click.pass_context
+def build(ctx, *, target, name, mode, options, tags, max_packages, coverage, budget, dry_run, quiet, url, token,
+          timeout, as_json):
+    """Build and publish the packages that cover the top of the fleet's demand for a model.
+
+    TARGET is MODULE:FUNCTION (imported with the current directory on sys.path) or PATH.py:FUNCTION, a
+    function of no arguments that returns (model, args) or (model, args, kwargs): the model and an example
+    call. The example is built first through cachesvc_client.compile (its key names the model's key family);
+    then the fleet's demand for that family is planned: the busiest exact shapes if they reach --coverage
+    within --max-packages, else ranges of the sizes that vary (torch.export.Dim); the planned packages are
+    built busiest first within --budget, and those built before are not built again. Needs a write token.
+    Exit 0 when every planned package exists, 1 when some failed or were left out, 2 on bad arguments."""
+    from .. import build as build_job  # here: torch and the one call load for this command only
+
+    _setup_logging(quiet)
+    if not url:
+        raise click.UsageError("no service URL: pass --url or set CACHESVC_URL", ctx)
+    client = CacheClient(url, token, timeout=timeout)
+    if not dry_run and not client.token:
+        raise click.UsageError("building publishes: pass --token or set CACHESVC_TOKEN (a write token), or plan "
+                               "only with --dry-run", ctx)
+    try:  # before the key's environment is probed: a TARGET that is not one is said at once
+        example = build_job.load(target)
+    except build_job.TargetError as exc:
+        raise click.UsageError(str(exc), ctx) from None
+    _environment(ctx, client)
+    job = build_job.Job(name, mode=mode, options=options, tags=tags or None, max_packages=max_packages,
+                        coverage=coverage, budget=budget, dry_run=dry_run)
+    try:
+        outcome = build_job.run(example, job, client)
+    except build_job.JobError as exc:
+        click.echo(f"cachesvc-client build: error: {one_line(str(exc))}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(outcome.to_dict(), indent=2) if as_json else "\n".join(outcome.lines()))
+    sys.exit(0 if outcome.ok else 1)
 
 
 def main(argv=None) -> None:

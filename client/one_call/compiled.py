@@ -129,12 +129,9 @@ class CompiledModel:
         down = any(r is not None and r.service_down for r in (self.report, getattr(self, "snapshot", None)))
         self._tally = None if down else usage.track(self.client, name, self.tags)
         #: the packages of the other shapes the fleet served, fetched in the background (learned.py); a miss that
-        #: publishes starts after its publish traced the model (_start_publish): loading a package's proof
-        #: writes the globals the trace reads
-        self._down = down
+        #: publishes fetches them after its publish traced the model (a proof's load writes the globals it reads)
+        self._down, self.warmed = down, None  # warmed: what ``warm_up`` ran
         self._learned = None if down or (self._slot is None and self._publish) else self._start_learning()
-        #: what ``warm_up`` ran (None before it ran)
-        self.warmed: Optional[Dict[str, Any]] = None
 
     # -- a hit -------------------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ log = logging.getLogger("cachesvc_client")
 _CLIENT_DEFAULTS = inspect.signature(CacheClient.__init__).parameters
 
 
-# -- checks (checks.py has the options'; support.py those the service shares) ----------------------
+# -- the key's environment and the client (option checks: checks.py; shared ones: support.py) ---------
 
 def _environment(ctx: click.Context, client: CacheClient) -> Dict[str, str]:
     """The key's environment (env file, CACHESVC_ENV_<FIELD>, this machine), or a usage error naming the culprit."""

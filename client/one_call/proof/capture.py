@@ -37,7 +37,10 @@ def capture(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
     refused: List[str] = []
     classes: Dict[int, type] = {}
     try:
-        with torch.no_grad():
+        # only the declared dims vary (marked by _dynamic_copies): a process that traced this model before at
+        # other sizes (a build job building one shape after another) must not make the proof's sizes
+        # symbolic by Dynamo's automatic dynamic shapes, which a process that has not traced it cannot check
+        with torch.no_grad(), torch._dynamo.config.patch(automatic_dynamic_shapes=False):
             state, traced = _trace(model, args, kwargs, recorded, refused, classes)
     except NoProof:
         raise

@@ -77,9 +77,8 @@ def _demand(client: Any, job: Job, tags: Mapping[str, str], outcome: Outcome) ->
         outcome.error = f"could not read the fleet's demand: {exc.message}"
         return []
     if not demand:
-        built = "would be built" if job.dry_run else "is built"
-        outcome.note = (f"no demand recorded yet for {job.name} (this key family, this environment): only the "
-                        f"example shape {built}")
+        outcome.note = (f"no demand recorded yet for {job.name} (this key family, this environment): nothing to "
+                        f"build but the example")
     return demand
 
 

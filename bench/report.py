@@ -258,8 +258,24 @@ def fleet_table(results: Path, name: str) -> str:
                       f(r["p50_s"]), f(r["p99_s"]), service_p99(r)] for r in doc["rows"]])
 
 
+def serving_replay_table(results: Path, name: str) -> str:
+    """Section 9: bench/serving_replay.py's variants."""
+    doc = _read(results, name)
+    steady = doc["variants"]["steady state"]["p99"]
+    labels = {"torch.compile": "torch.compile (cold)", "mega-cache": "Mega-Cache, then torch.compile",
+              "declared": "one call, declared shape only", "learned": "one call, learned sizes",
+              "learned+warm": "one call, learned sizes + `warm_up()`",
+              "steady state": "steady state (torch.compile's second pass)"}
+    rows = []
+    for key, v in doc["variants"].items():
+        rows.append([labels.get(key, key), f(v.get("ready_s")), f(v["p50"]), f(v["p95"]), f(v["p99"]), f(v["max"]),
+                     v.get("request_path_frames", 0), f(v["p99"] / steady)])
+    return md_table(["variant", "ready s", "p50 ms", "p95 ms", "p99 ms", "max ms", "compiles", "p99 / steady"], rows)
+
+
 PLACEHOLDERS: Dict[str, Callable[..., str]] = {
     "one-call-gpu": one_call_gpu_table, "ttfi-gpu": ttfi_gpu_table, "model-table": model_table, "fleet": fleet_table,
+    "serving-replay": serving_replay_table,
 }
 
 
@@ -436,6 +452,7 @@ def render(doc: dict, results: Path = RESULTS, *, charts: bool = False) -> str:
                                      if (results / "benchmarks-dead-service.json").exists() else None)
     if ds:
         parts += dead_service_section(ds)
+    parts += section("serving-replay", results)
     if tg:
         parts += ["## Closing note", "",
                   "Measured against the targets:", ""]

@@ -89,7 +89,8 @@ def _parse(kind: Any, raw: str) -> Any:
 #: scripts' and the compose file's. ``CACHESVC_ENV_<FIELD>`` is the client's too.
 ELSEWHERE = frozenset({
     "URL", "TOKEN", "ENV_FILE", "MIN_COMPILE_SECONDS", "COMPILE_ROUTE", "SIGNING_KEY", "TRUSTED_KEYS",
-    "EXTRA_ROOTS", "REQUIRE_HIT", "PUBLISH_AT_EXIT_S", "TORCH_FIXES",  # the client library
+    "EXTRA_ROOTS", "REQUIRE_HIT", "PUBLISH_AT_EXIT_S", "TORCH_FIXES", "USAGE", "USAGE_INTERVAL_S",
+    "USAGE_AT_EXIT_S", "LEARNED_PACKAGES",  # the client library
     "TORCH", "TEST_PG", "GPU_RESULTS", "GPU_COMPILE_MODELS",  # scripts/ and the tests' harness
     "BUCKET", "PORT", "PUBLISH",  # docker-compose.yml, deploy/integrations
 })

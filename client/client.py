@@ -11,14 +11,15 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import onefile, settings
+from . import onefile, settings, usage
 from .process import envfiles, keyenv, roots as roots_mod, torch_fixes
 from .shared import keys, signing
 from .check import CheckReport, check as _check
 from .errors import CacheClientError, HitRequired
 from .process.fingerprint import environment
 from .publish.onefile import publish_file
-from .publish.snapshot import admit, keying_warnings, own_roots, publish as _publish
+from .publish.keying import keying_warnings
+from .publish.snapshot import admit, own_roots, publish as _publish
 from .report import PublishReport, RestoreReport
 from .restore.onefile import fetch as _fetch
 from .restore.snapshot import restore as _restore
@@ -266,40 +267,26 @@ class CacheClient:
 
     def report_usage(self, reports: Sequence[Mapping[str, Any]], *, seconds: Optional[float] = None,
                      timeout: Optional[float] = None) -> dict:
-        """Send the calls each shape of some models made and how each was served (``POST /api/v1/usage``),
-        as the one call's background reporter does (cachesvc_client.usage). ``reports``: one item per model,
-        ``{"key": {"name", "tags", "env"}, "shapes": [{"shape", "served": {"package", "compile", "eager"}}]}``;
-        ``seconds``: the time the counts cover; ``timeout``: a bound of its own. Returns the service's answer
-        (what it recorded and dropped); raises CacheClientError when the service cannot take it."""
+        """``POST /api/v1/usage``, as the one call's reporter sends it (usage/reporter.py). Raises CacheClientError."""
         body = {"reports": list(reports), **({"seconds": round(seconds, 3)} if seconds is not None else {})}
         return self.api.usage(body, time.monotonic() + timeout if timeout is not None else None)
 
     def demand(self, name: str, tags: Optional[Mapping[str, str]] = None, *,
                env: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
-        """The shapes the fleet called the model ``name`` with in this environment (``GET /api/v1/demand``), busiest
-        first: ``[{"shape", "calls", "served": {...}, "first_seen", "last_seen"}]``, of the key family whose tags
-        are ``tags`` (without ``tags``: of every family of the name, merged). Raises CacheClientError."""
+        """The shapes the fleet called ``name`` with here (``GET /api/v1/demand``), busiest first, of the key family
+        whose tags are ``tags`` (None: all, merged): ``usage.demand_rows``. Raises CacheClientError."""
         env = keys.check_env(env if env is not None else self.environment())
         answer = self.api.demand({"name": keys.check_name(name), **env, "limit": 256})
-        wanted = keys.check_tags(tags) if tags is not None else None
-        merged: Dict[str, Dict[str, Any]] = {}
-        for family in _items(answer):
-            if wanted is not None and family.get("tags") != wanted:
-                continue
-            for row in family.get("shapes") or []:
-                if isinstance(row, dict) and isinstance(row.get("shape"), str) and isinstance(row.get("calls"), int):
-                    into = merged.setdefault(row["shape"], {**row, "calls": 0})
-                    into["calls"] += row["calls"]
-        return sorted(merged.values(), key=lambda r: (-r["calls"], r["shape"]))
+        return usage.demand_rows(answer, keys.check_tags(tags) if tags is not None else None)
 
     def packages(self, name: str, tags: Mapping[str, str], *, env: Optional[Mapping[str, str]] = None,
                  limit: int = 64) -> List[str]:
-        """The shape texts of the key family's entries (``name``, ``tags``, this environment) that have a
-        precompiled package (``GET /api/v1/entries``), most restored first. Raises CacheClientError."""
+        """The shapes of the key family's (name, tags, here) entries with a package (``GET /api/v1/entries``),
+        most restored first. Raises CacheClientError."""
         env = keys.check_env(env if env is not None else self.environment())
         answer = self.api.entries(name=keys.check_name(name), tags=keys.canonical_tags(keys.check_tags(tags)),
                                   kind="pt2-package", sort="most_restored", limit=limit, **env)
-        return [e["shape"] for e in _items(answer, "entries") if isinstance(e.get("shape"), str)]
+        return usage.package_shapes(answer)
 
     def start_restore(self, name: str, shape: str, tags: Optional[Mapping[str, str]] = None, *,
                       strict: bool = False, require_hit: Optional[bool] = None) -> "Future[RestoreReport]":
@@ -411,8 +398,3 @@ class CacheClient:
         log.info("%s", report.summary(), extra=SUMMARY)
         return report
 
-
-def _items(answer: Any, field: str = "items") -> List[Dict[str, Any]]:
-    """The list of objects under ``field`` of a service's answer, the rest left out (its bytes are untrusted)."""
-    items = answer.get(field) if isinstance(answer, dict) else None
-    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from .shared.units import format_size
 
@@ -58,6 +58,7 @@ class RestoreReport:
     env_file: str = ""        # the env file that environment came from ("" when read by this process)
     signed_by: Dict[str, str] = field(default_factory=dict)  # the version's signer: fingerprint, comment ({}: unsigned)
     refused: bool = False     # a version was found but its signature was refused (CACHESVC_TRUSTED_KEYS): see reason
+    warmed: Optional[Dict[str, Any]] = None  # the one call's warm_up(): the shapes it ran, how each was served
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -141,6 +141,8 @@ def main() -> None:
     p.add_argument("--auto-publish", action="store_true",
                    help="with --one-call: compile(publish=None), the default: publish when the client has a write "
                         "token (at exit when the process does not wait)")
+    p.add_argument("--warm-up", action="store_true",
+                   help="with --one-call: model.warm_up() before the first call (the learned shapes, once each)")
     p.add_argument("--verify-first", action="store_true", help="with --one-call: compile(..., verify=True)")
     p.add_argument("--require-hit", action="store_true", help="with --one-call: compile(..., require_hit=True)")
     p.add_argument("--eager", action="store_true", help="no compile: the model itself (the eager baseline)")
@@ -221,6 +223,11 @@ def main() -> None:
             call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
                                            client=client, publish=True if args.publish else (
                                                None if args.auto_publish else False), **checked)
+            if args.warm_up:  # before traffic: every learned shape once; what compiles after it is the request path's
+                out["warmed"] = call.warm_up()
+                from torch._dynamo.utils import counters as dynamo_counters
+
+                out["frames_after_warm_up"] = dict(dynamo_counters["frames"])
             if args.warm_batch:
                 call(torch.randn(args.warm_batch, *inputs[0].shape[1:], device=inputs[0].device))
         elif precompiled:
@@ -260,7 +267,8 @@ def main() -> None:
                           "snapshot_wait_s": getattr(call, "snapshot_wait_seconds", None),
                           "tags": call.tags, "shape": call.shape, "report_warnings": call.report.warnings if call.report else [],
                           "capture_phases": getattr(call, "capture_phases", None),
-                          "usage": getattr(call, "usage", None)}  # an older client counts nothing
+                          "usage": getattr(call, "usage", None),  # an older client counts nothing
+                          "learned": getattr(call, "learned", None)}
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}

@@ -67,7 +67,7 @@ from typing import Dict, Iterator, Optional
 # probes' .so files are not made, so nothing a test asserts about a cache's files names them.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # A CI runner sets CI=true. torch 2.13 reads it into functorch's config, which keys AOTAutograd's cache, and
-# the client's publish warns of it (cachesvc_client.publish.snapshot.keying_warnings): the run's processes
+# the client's publish warns of it (cachesvc_client.publish.keying.keying_warnings): the run's processes
 # would key and warn otherwise than the same run on a laptop, and a container started with a bare
 # environment (tests/shipped.py) would miss AOTAutograd entries made by one that inherited it (CI failed
 # twice so). The run notes it (helpers.missing_tool: a tool CI installs is a failure there, not a skip)

@@ -56,7 +56,7 @@ def record(session: Session, reports: List[dict], caps: Caps, now=None) -> List[
 
 def _unpublished(name: str) -> str:
     return (f"no entry is named {name!r}: demand is kept for published models (publish it once: "
-            f"cachesvc_client.compile does after a miss, or cachesvc-client publish)")
+            f"cachesvc_client.compile does after a miss, or a build job: cachesvc-client build)")
 
 
 def _lock_names(session: Session, names: List[str]) -> None:

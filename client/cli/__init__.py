@@ -1,7 +1,8 @@
 """The command line, ``cachesvc-client``: restore and publish from init containers and sidecars, check a key,
 see what a machine and the service hold.
 
-    commands   the click commands (restore, check, publish, keygen, env, status, ls, stats) and their options
+    commands   the click commands (restore, check, publish, keygen, env, status, ls, stats, build) and their options
+    checks     the client's option checks: key tags, torch.compile's keyword arguments (build)
     support    what both command lines share, this one and the service's ``cachesvc``: help, one-line usage
                errors, checked values (``Size``, ``rule``); click and the size units only
     inventory  what a cache dir holds (``status``) and the service's listings (``ls``, ``stats``)

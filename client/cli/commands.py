@@ -16,7 +16,6 @@ report as JSON); progress and warnings on stderr; -q: warnings only.
 """
 from __future__ import annotations
 
-import ast
 import inspect
 import json
 import logging
@@ -28,7 +27,7 @@ import click
 from click.core import ParameterSource
 
 from .. import __version__
-from . import inventory, support
+from . import checks, inventory, support
 from ..process import keyenv
 from ..shared import keys
 from .support import CONTEXT_SETTINGS, Size, check_url, one_line, rule
@@ -43,51 +42,7 @@ log = logging.getLogger("cachesvc_client")
 _CLIENT_DEFAULTS = inspect.signature(CacheClient.__init__).parameters
 
 
-# -- checks (support has the shared ones) ---------------------------------------------------------
-
-def _tags(ctx: click.Context, param: click.Parameter, values) -> Dict[str, str]:
-    tags = {}
-    for item in values:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
-        tags[k] = v
-    try:
-        return keys.check_tags(tags)
-    except keys.InvalidKey as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-#: the one call's own parameters: the build sets them from its flags, never from an --option
-_NOT_OPTIONS = {"model", "args", "kwargs", "name", "mode", "client", "tags", "publish", "dynamic_shapes", "examples",
-                "verify", "require_hit"}
-
-
-def _compile_options(ctx: click.Context, param: click.Parameter, values) -> Dict[str, object]:
-    """``--option KEY=VALUE``s as torch.compile's keyword arguments: VALUE a Python literal, else the string."""
-    options: Dict[str, object] = {}
-    for item in values:
-        key, sep, text = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (a torch.compile argument: fullgraph=True)", ctx, param)
-        if key in _NOT_OPTIONS:
-            instead = "--mode" if key == "mode" else "--tag" if key == "tags" else "--name" if key == "name" else ""
-            raise click.BadParameter(f"{key!r} is not a torch.compile option here: "
-                                     f"{f'use {instead}' if instead else 'the build sets it'}", ctx, param)
-        if key in options:
-            raise click.BadParameter(f"{key!r} is given twice", ctx, param)
-        options[key] = _literal(text)
-    return options
-
-
-def _literal(text: str) -> object:
-    """``True``, ``3``, ``{'max_autotune': True}`` as Python values (ast.literal_eval); anything else (``inductor``,
-    ``max-autotune``) as the string itself."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
-
+# -- the key's environment and the client (option checks: checks.py; shared ones: support.py) ---------
 
 def _environment(ctx: click.Context, client: CacheClient) -> Dict[str, str]:
     """The key's environment (env file, CACHESVC_ENV_<FIELD>, this machine), or a usage error naming the culprit."""
@@ -159,7 +114,7 @@ def _key_options(f):
         click.option("--name", required=True, callback=rule(keys.check_name), help="Model or service name."),
         click.option("--shape", required=True, callback=rule(keys.check_shape),
                      help="Input-shape signature, e.g. 'f32[8,256]'."),
-        click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", callback=_tags,
+        click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", callback=checks.tags,
                      help="Extra key tag (repeatable)."),
         click.option("--env-file", envvar=keyenv.ENV_FILE_VAR, default=None, metavar="FILE",
                      help="The key's environment from FILE, written in the app image by `cachesvc-client env "
@@ -382,10 +337,10 @@ def stats(ctx, *, days, url, token, timeout, as_json):
 @click.option("--name", required=True, callback=rule(keys.check_name),
               help="The model's name, as the app passes it to cachesvc_client.compile.")
 @click.option("--mode", default=None, help="torch.compile's mode, as the app passes it [default: torch's].")
-@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", callback=_compile_options,
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", callback=checks.compile_options,
               help="A torch.compile keyword argument, as the app passes it (repeatable); VALUE a Python literal "
                    "(True, 3, \"{'max_autotune': True}\"), else a string.")
-@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", callback=_tags,
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", callback=checks.tags,
               help="A key tag, as the app passes tags= (repeatable).")
 @click.option("--max-packages", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Packages the plan builds at most.")

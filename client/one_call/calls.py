@@ -18,6 +18,7 @@ torch is imported by the caller; these functions only use the objects given.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -99,7 +100,10 @@ class CallSpec:
     """What a package serves: the example call's structure, its tensors, the declared shapes, the training flag."""
 
     def __init__(self, args: Sequence[Any], kwargs: Optional[Mapping[str, Any]], training: bool, *,
-                 dynamic_shapes: Any = None, examples: Optional[Sequence[Any]] = None, forward: Any = None):
+                 dynamic_shapes: Any = None, examples: Optional[Sequence[Any]] = None, forward: Any = None,
+                 leaf_dims: Optional[List[Optional[Tuple[Dim_, ...]]]] = None):
+        """``leaf_dims``: each leaf's dims as a key's text declared them (``parse_declared``), in place of
+        ``dynamic_shapes``: how a restarted process serves a package another process built."""
         flat, self.structure = leaves(args, kwargs)
         self.training = training
         self.keywords = tuple(sorted(kwargs or {}))
@@ -115,6 +119,10 @@ class CallSpec:
             self.examples = sorted({tuple(tuple(t.shape) for t in call) for call in flats})
         elif dynamic_shapes is not None:
             dims = dims_declared(dynamic_shapes, args, kwargs, forward, flat)
+        elif leaf_dims is not None:
+            if len(leaf_dims) != len(flat):
+                raise ValueError(f"{len(leaf_dims)} declared inputs for {len(flat)}")
+            dims = list(leaf_dims)
         self.tensors = tuple(TensorSpec.of(t, d) for t, d in zip(flat, dims))
 
     @property
@@ -192,6 +200,28 @@ class CallSpec:
         if self.dynamic:
             return base + "|dynamic=" + ",".join(t.text().replace(" ", "") for t in self.tensors)
         return base
+
+
+def parse_declared(text: str) -> Optional[List[Tuple[Dim_, ...]]]:
+    """The dims of each input as ``CallSpec.signature`` wrote them after ``|dynamic=`` (``(2,batch:1..16),(8)``);
+    None for a text that is not one (it comes from the service: untrusted)."""
+    groups = re.findall(r"\(([^()]*)\)", text)
+    if not groups or "".join(f"({g})" for g in groups).replace(",(", "(") != text.replace(",(", "("):
+        return None
+    out: List[Tuple[Dim_, ...]] = []
+    for group in groups:
+        dims: List[Dim_] = []
+        for part in filter(None, group.split(",")):
+            name, colon, span = part.partition(":")
+            lo, dots, hi = span.partition("..")
+            if not colon and part.isdigit():
+                dims.append(int(part))
+            elif colon and dots and name.isidentifier() and lo.isdigit() and hi.isdigit() and int(lo) <= int(hi):
+                dims.append((name, int(lo), int(hi)))
+            else:
+                return None
+        out.append(tuple(dims))
+    return out
 
 
 def parse_served(text: str) -> Dict[str, Tuple[int, int]]:

@@ -14,15 +14,15 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import calls, identity, proof as proof_mod, publisher as publisher_mod, spec as spec_mod, support
+from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support
+from . import shapes as shapes_mod, warmup
+from .learned import Learned
+from .slot import Slot, open_slot
 from . import verify as verify_mod
-from .binding import Binding
-from .runner import Runner
-from .. import usage
-from ..errors import CacheClientError, HitRequired
-from ..process.fingerprint import shape_signature
+from .. import settings, usage
+from ..errors import HitRequired
 
 log = logging.getLogger("cachesvc_client")
 #: how long a call that goes to torch.compile on a hit waits for the background snapshot restore
@@ -31,14 +31,33 @@ SNAPSHOT_WAIT_S = 60.0
 VERDICT_AT_EXIT_S = 5.0
 
 
+def _key_tags(model: Any, tags: Optional[Mapping[str, str]], mode: Optional[str], route: str,
+              options: Mapping[str, Any]) -> Dict[str, str]:
+    """The key's tags: the caller's, the mode and route, and the code and config (identity.py): same names and
+    shapes but another forward or setting is another key."""
+    return {**dict(tags or {}), "mode": mode or "default", "compile": route,
+            "structure": spec_mod.structure_fingerprint(model),
+            "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
+            "options": _options_digest(mode, options)}
+
+
 def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _signature(args: tuple, kwargs: Mapping[str, Any]) -> str:
-    """A call's ``shape_signature``, as the key's shape is made from the example call."""
-    return shape_signature(*args, kwargs) if kwargs else shape_signature(*args)
+#: learned shapes' packages fetched by default (CACHESVC_LEARNED_PACKAGES)
+LEARNED_PACKAGES = 16
+
+
+def _learned_limit() -> int:
+    given = settings.current().learned_packages
+    try:
+        return max(0, int(given)) if given is not None else LEARNED_PACKAGES
+    except ValueError:
+        log.warning("cachesvc compile: %s=%r is not a whole number; fetching up to %d learned packages",
+                    settings.LEARNED_PACKAGES_VAR, given, LEARNED_PACKAGES)
+        return LEARNED_PACKAGES
 
 
 class Calls(dict):
@@ -72,28 +91,21 @@ class CompiledModel:
         # what the package serves (only tensors can be declared: another route needs no spec)
         self.spec = calls.CallSpec(args, call_kwargs, bool(model.training), forward=getattr(model, "forward", None),
                                    **(declared or {})) if self.route == "aoti" else None
-        base = _signature(args, call_kwargs)
+        base = shapes_mod.signature(args, call_kwargs)
         self.shape = self.spec.signature(base) if self.spec is not None else base
         #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
-        # code and config (identity.py): same names and shapes but another forward or setting is another key
-        self.tags = {**dict(tags or {}), "mode": mode or "default", "compile": self.route,
-                     "structure": spec_mod.structure_fingerprint(model),
-                     "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
-                     "options": _options_digest(mode, torch_compile_kwargs)}
+        self.tags = _key_tags(model, tags, mode, self.route, torch_compile_kwargs)
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
         #: a hit's proof: how long comparing it and rebuilding its guard trees took, and how many guards
-        self.proof_seconds: Optional[float] = None
-        self.proof_guards = 0
+        self.proof_seconds, self.proof_guards = None, 0
         #: a hit's first torch.compile call: how long it waited for the background snapshot restore
         self.snapshot_wait_seconds: Optional[float] = None
         self.require_hit = support.require_hit(require_hit)
         self._verify = verify
-        self._runner: Optional[Runner] = None
-        self._binding: Optional[Binding] = None
-        #: the package's guards, holding for this model (proof.py): checked before every served call
-        self._proof: Optional[proof_mod.Proof] = None
+        #: the example's package, opened (slot.py: its runner, live tensors and proof, checked before every call)
+        self._slot: Optional[Slot] = None
         self._snapshot_future: Any = None
         self._compiled: Any = None
         #: calls served by the precompiled artifact / by torch.compile, and why torch.compile served
@@ -102,11 +114,12 @@ class CompiledModel:
         self._publish_asked = publish is True  # a build job's: it tries a package again whatever failed before
         self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
+        self._warming = False  # warm_up's calls are not the fleet's: usage does not count them
         if self.route == "aoti":
             self._try_artifact()
         else:
             self.miss_reason = f"route torch: {self.route_reason}"
-        if self._runner is None:
+        if self._slot is None:
             self._restore_snapshot()
             self._fell_back(self._miss_cause(), declared=True)
         else:
@@ -115,6 +128,10 @@ class CompiledModel:
         #: not where the restore found the service down: its exit would wait for it again
         down = any(r is not None and r.service_down for r in (self.report, getattr(self, "snapshot", None)))
         self._tally = None if down else usage.track(self.client, name, self.tags)
+        #: the packages of the other shapes the fleet served, fetched in the background (learned.py); a miss that
+        #: publishes fetches them after its publish traced the model (a proof's load writes the globals it reads)
+        self._down, self.warmed = down, None  # warmed: what ``warm_up`` ran
+        self._learned = None if down or (self._slot is None and self._publish) else self._start_learning()
 
     # -- a hit -------------------------------------------------------------------------------------
 
@@ -125,27 +142,24 @@ class CompiledModel:
         if not report.hit:
             self.miss_reason = report.reason or "no published artifact for this key"
             return
-        why = support.check_host(report.meta, self.device)
-        if why is None:
-            try:
-                # the proof first: a package that cannot vouch for this model is not even opened
-                checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), self.model)
-                binding = Binding(self.model)
-                self._runner = Runner(report.artifacts[0], binding.constants, self.device,
-                                      cuda_graph=self.cuda_graph)
-                self._binding, self._proof = binding, checked
-                self.proof_seconds, self.proof_guards = checked.load_seconds, checked.guards
-                self.spec.narrow(calls.parse_served(str((report.meta or {}).get(support.SERVED, ""))))
-                if self._runner.in_spec != self.spec.structure:  # the key's shape text matched, the package not
-                    why, self._runner, self._binding = "the package's inputs are not this call's arguments", None, None
-            except CacheClientError as exc:
-                why = exc.message
-        if why:
+        slot, why = open_slot(self.shape, report, self.model, self.spec, self.device, self.cuda_graph)
+        if slot is None:
             self.miss_reason = f"not using the published artifact: {why}"
             return
+        self._slot = slot
+        self.proof_seconds, self.proof_guards = slot.proof.load_seconds, slot.proof.guards
         self.source, self.load_seconds = "artifact", time.monotonic() - started
         log.info("cachesvc compile %s: loaded the precompiled artifact (version %s) in %.2f s",
                  self.name, report.version_id, self.load_seconds)
+
+    def _start_learning(self) -> Optional[Learned]:
+        """Fetch the key family's packages of other shapes in the background (none off the package route)."""
+        limit = _learned_limit()
+        if self.route != "aoti" or limit == 0 or not getattr(self.client, "url", ""):
+            return None
+        learned = Learned(self, limit)
+        learned.start()
+        return learned
 
     def _restore_snapshot(self) -> None:
         """A miss: bring back the key's snapshot (a previous publish's kernels) so torch.compile hits it.
@@ -195,64 +209,48 @@ class CompiledModel:
     # -- calls -------------------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        runner = self._runner
-        if runner is not None:
-            why = self.spec.mismatch(args, kwargs, self.model)
-            declared = why is None
-            flat = self.spec.flat(args, kwargs) if declared else None
-            why = why or spec_mod.grad_wanted(flat, self.model) or self._unproven(args, kwargs) or self._stale()
+        slot = self._slot
+        if slot is not None:
+            why, declared, flat = slot.refusal(args, kwargs, self.model, self.name)
             if why is None:
                 self.calls["artifact"] += 1
-                if self._tally is not None:  # a package of one shape: one token; of declared ranges: the shapes
+                slot.calls += 1
+                if self._tally is not None and not self._warming:  # one shape: one token; ranges: the shapes
                     token = tuple(t.shape for t in flat) if self.spec.dynamic else ()
-                    self._tally.count(token, 0, lambda: _signature(args, kwargs))
-                if self.calls["artifact"] > 1:
-                    return runner(*flat)
+                    self._tally.count(token, 0, lambda: shapes_mod.signature(args, kwargs))
+                if slot.calls > 1:
+                    return slot.runner(*flat)
                 started = time.monotonic()
-                out = self._first_checked(runner, flat, args, kwargs) if self._verify else runner(*flat)
-                if self._runner is not None:
+                out = self._first_checked(slot.runner, flat, args, kwargs) if self._verify else slot.runner(*flat)
+                if self._slot is not None:
                     self._report_hit(self.load_seconds + time.monotonic() - started)
                 return out
+            if slot.dead:
+                self._slot = None
+        learned = self._learned.find(args, kwargs) if self._learned is not None else None
+        if learned is not None:
+            return self._serve_learned(*learned, args, kwargs)
+        if slot is not None:
             self._fell_back(why, declared=declared)
         first = self._compiled is None
         self.calls["torch.compile"] += 1
-        if self._tally is not None:
-            shape = _signature(args, kwargs)
+        if self._tally is not None and not self._warming:
+            shape = shapes_mod.signature(args, kwargs)
             self._tally.count(shape, 1, lambda: shape)
         out = self._torch_compiled()(*args, **kwargs)
-        if first and self._runner is None and self._publish:
+        if first and self._slot is None and self._publish:
             self._start_publish()
         return out
 
-    def _unproven(self, args: tuple, kwargs: dict) -> Optional[str]:
-        """None while the package's guards hold for this call (proof.py); else the first that fails."""
-        try:
-            if self._proof.holds(args, kwargs):
-                return None
-        except Exception as exc:  # noqa: BLE001 - a check that cannot run proves nothing: torch.compile serves
-            return f"the package's guards could not be checked for this call: {type(exc).__name__}: {exc}"
-        return f"the package's guards fail for this call: {self._proof.why_not(args, kwargs)}"
+    def _serve_learned(self, slot: Slot, flat: List[Any], args: tuple, kwargs: dict) -> Any:
+        """A call served by a learned shape's package (learned.py)."""
+        self.calls["artifact"] += 1
+        slot.calls += 1
+        if self._tally is not None and not self._warming:
+            self._tally.count(("learned",) + tuple(t.shape for t in flat), 0, lambda: shapes_mod.signature(args, kwargs))
+        return slot.runner(*flat)
 
-    def _stale(self) -> Optional[str]:
-        """None while the package runs on the model's tensors (rebinding replaced ones); else why not."""
-        binding = self._binding
-        changed = binding.changed() if binding is not None else None
-        if changed is None:
-            return None
-        why = binding.refresh()
-        if why is None:
-            try:
-                self._proof.refresh()  # a swapped submodule has hook dicts of its own
-                self._runner.rebind(binding.constants)
-                log.info("cachesvc compile %s: %s was replaced; the package now runs on the new tensors",
-                         self.name, changed)
-                return None
-            except CacheClientError as exc:
-                why = exc.message
-        self._runner = self._binding = None  # for good: the package cannot run on these tensors
-        return f"the model's tensors were replaced ({changed}): {why}"
-
-    def _first_checked(self, runner: Runner, flat: list, args: tuple, kwargs: dict) -> Any:
+    def _first_checked(self, runner: Any, flat: list, args: tuple, kwargs: dict) -> Any:
         """verify=True: the first call runs the package (on ``flat``, the call's tensors) and eager and
         compares them (verify.close; a bf16/fp16 model also runs a float32 copy of itself once, the measure
         of eager's own rounding); a difference sends this call and every later one to torch.compile."""
@@ -264,7 +262,7 @@ class CompiledModel:
         self.verify_seconds = time.monotonic() - started
         if why is None:
             return got
-        self._runner = self._binding = None
+        self._slot = None
         self.calls["artifact"] -= 1
         self._fell_back(f"the package's first output differs from eager's: {why}", declared=True)
         self.calls["torch.compile"] += 1
@@ -297,6 +295,27 @@ class CompiledModel:
                     self._compiled = torch.compile(self.model, mode=self.mode, **self.kwargs)
         return self._compiled
 
+    def warm_up(self, shapes: Optional[Sequence[str]] = None, *, timeout: float = 600.0) -> Dict[str, Any]:
+        """Run each shape the fleet served once, on inputs made from the example call, before traffic
+        (warmup.py). Returns, and keeps in ``warmed`` and the restore report's ``warmed``,
+        ``{"shapes": {shape: {"served": "package" | "compile" | "skipped", "seconds"}}, "seconds", "packages",
+        "compiled"}``; no shape starts after ``timeout`` s. Call it as the model is served (under
+        ``torch.no_grad()`` where that is how); its calls are not counted as the fleet's usage."""
+        self._warming = True
+        try:
+            self.warmed = warmup.warm_up(self, self._learned, shapes, timeout)
+        finally:
+            self._warming = False
+        if self.report is not None:
+            self.report.warmed = self.warmed
+        return self.warmed
+
+    @property
+    def learned(self) -> Dict[str, Any]:
+        """The learned shapes' packages: served (shape, calls), skipped (shape: why), seconds, done."""
+        return self._learned.info() if self._learned is not None else {"packages": [], "skipped": {},
+                                                                      "seconds": None, "done": True}
+
     @property
     def usage(self) -> Dict[str, Dict[str, int]]:
         """``{shape: {"package": n, "compile": n, "eager": n}}``: this process's calls per input shape and how
@@ -306,12 +325,12 @@ class CompiledModel:
     @property
     def capture_seconds(self) -> Optional[float]:
         """How long the hit's CUDA-graph capture took (reduce-overhead on a GPU), once it ran; else None."""
-        return self._runner.capture_seconds if self._runner is not None else None
+        return self._slot.runner.capture_seconds if self._slot is not None else None
 
     @property
     def capture_phases(self) -> Dict[str, float]:
         """Where the first capture's seconds went (graph.GraphedRun.phases); empty before one ran."""
-        return dict(self._runner.capture_phases) if self._runner is not None else {}
+        return dict(self._slot.runner.capture_phases) if self._slot is not None else {}
 
     def _fell_back(self, why: str, *, declared: bool) -> None:
         """One line per cause; ``declared``: on the inputs the key was built for (require_hit refuses those)."""
@@ -325,7 +344,7 @@ class CompiledModel:
         if self.report is not None:
             self.report.warnings.append(f"torch.compile serves: {why}")
         log.warning("cachesvc compile %s: torch.compile serves this %s: %s", self.name,
-                    "model" if self._runner is None else "call", why)
+                    "model" if self._slot is None else "call", why)
 
     # -- publish after a miss ----------------------------------------------------------------------
 
@@ -343,6 +362,8 @@ class CompiledModel:
         # the export here, in the thread that made the first call, not in the background beside later calls
         self._publisher.export()
         self._publisher.start()
+        if self._learned is None and not self._down:
+            self._learned = self._start_learning()
 
     def wait_published(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Wait for the background publish; return {"snapshot": report dict, "artifact": report dict or error}.

@@ -9,6 +9,7 @@ model's demand (``GET /api/v1/demand``), which a build job reads to build the sh
 """
 from __future__ import annotations
 
+from .demand import demand_rows, package_shapes
 from .reporter import REPORTER, Reporter
 from .tally import MAX_SHAPES, SERVED, Tally, served_index
 
@@ -18,4 +19,4 @@ def track(client, name, tags):
     return REPORTER.track(client, name, tags)
 
 
-__all__ = ["MAX_SHAPES", "REPORTER", "Reporter", "SERVED", "Tally", "served_index", "track"]
+__all__ = ["MAX_SHAPES", "REPORTER", "demand_rows", "package_shapes", "Reporter", "SERVED", "Tally", "served_index", "track"]

@@ -13,7 +13,9 @@ With ONE_CALL=1 the restore and torch.compile are one call, ``cachesvc_client.co
 the published AOTInductor package on the model's own weights, nothing traced or compiled (Dynamo's guards
 check that the package is this model's computation); a miss
 compiles and, with a write token, publishes in the background (PUBLISH_WAIT_SECONDS: how long start-up
-waits for that, as a build job or the first replica would).
+waits for that, as a build job or the first replica would). Before the app takes traffic, ``warm_up()``
+runs every shape the fleet served once (learned shapes' packages, or a compile now rather than mid-traffic):
+the readiness probe (/ready) answers only after it.
 
 tests/deploy/test_integrations.py runs both in two fresh containers: the second one's compile hits.
 """
@@ -52,8 +54,12 @@ async def lifespan(app: FastAPI):
         # 2. Compile and warm up.
         compiled = torch.compile(build_model())
     started = time.perf_counter()
+    app.state.warmed = None
     with torch.no_grad():
-        compiled(example_inputs())
+        if hasattr(compiled, "warm_up"):  # the one call: every shape the fleet served (the example's too), once
+            app.state.warmed = compiled.warm_up()
+        else:
+            compiled(example_inputs())
     warmup = time.perf_counter() - started
     if os.environ.get("PUBLISH_WAIT_SECONDS") and hasattr(compiled, "wait_published"):
         log.info("published: %s", compiled.wait_published(float(os.environ["PUBLISH_WAIT_SECONDS"])))
@@ -79,7 +85,9 @@ class Batch(BaseModel):
 @app.get("/ready")
 def ready() -> dict:
     calls = dict(getattr(app.state.compiled, "calls", {}))  # the one call: what served the calls so far
+    warmed = app.state.warmed  # the one call's warm_up(): shapes run before traffic, by package or compile
     return {"restored": app.state.restored, "warmup_seconds": round(app.state.warmup, 3), "calls": calls,
+            "warmed": {k: warmed[k] for k in ("seconds", "packages", "compiled")} if warmed else None,
             # nothing traced or compiled in this process: Dynamo's compiler and Inductor's never ran
             "compiler_imported": "torch._inductor.compile_fx" in sys.modules, **cache_counters()}
 

@@ -348,7 +348,7 @@ def test_keying_warnings_name_the_remote_autograd_switch(monkeypatch):
     A stand-in config module: importing torch here would change what later tests of this process see."""
     import types
 
-    from cachesvc_client.publish.snapshot import keying_warnings
+    from cachesvc_client.publish.keying import keying_warnings
 
     monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
     monkeypatch.delenv("CI", raising=False)
@@ -370,7 +370,7 @@ def test_keying_warnings_name_ci_where_torch_keys_on_it(monkeypatch):
     unless the option is set explicitly, as the warning tells."""
     import types
 
-    from cachesvc_client.publish.snapshot import keying_warnings
+    from cachesvc_client.publish.keying import keying_warnings
 
     monkeypatch.delenv("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", raising=False)
     monkeypatch.delenv("TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING", raising=False)

@@ -116,6 +116,7 @@ def test_the_one_call_fastapi_variant_starts_a_second_container_without_compilin
         hot = requests.get(second_url + "/ready", timeout=30).json()
         assert hot["restored"] is True and hot["compiler_imported"] is False, (hot, second.lines[-20:])
         assert hot["calls"] == {"artifact": 2, "torch.compile": 0}, hot  # the warm-up and the request
+        assert hot["warmed"]["packages"] == 1 and hot["warmed"]["compiled"] == 0, hot  # the example's shape
     finally:
         second.stop()
 

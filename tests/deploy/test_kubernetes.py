@@ -312,6 +312,22 @@ def test_the_publisher_sidecar_waits_for_warm_up_and_publishes_with_the_write_to
                 if "cachesvc-write-token" in str(c)]
 
 
+def test_the_build_job_runs_nightly_in_the_app_image_with_the_write_token():
+    objects = render("examples/inference")
+    cron = get(objects, "CronJob", "model-build")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"  # a night's build never overlaps the last one's
+    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    build = container(spec, "build")
+    app = container(pod_spec(get(objects, "Deployment", "model-server")), "app")
+    assert build["command"][:3] == ["cachesvc-client", "build", "app.model:build"] and build["image"] == app["image"]
+    assert build["command"][build["command"].index("--name") + 1] == "resnet50"
+    env = environment(objects, build)
+    assert env["CACHESVC_TOKEN"] == ("secret", "cachesvc-write-token", "token")
+    assert env["CACHESVC_ENV_FILE"] == "/etc/cachesvc/env.json" and env["CACHESVC_URL"].startswith("https://")
+    for path in _cache_paths(env).values():
+        assert "emptyDir" in mounts(spec, build)[path], path
+
+
 def test_the_image_tag_everywhere_is_the_package_version():
     """A release bumps pyproject.toml's version; the manifests and compose must name that image."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

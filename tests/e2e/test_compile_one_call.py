@@ -95,3 +95,47 @@ def test_a_changed_model_or_torch_misses_and_compiles(published, flags, env, why
     assert r["compile"]["source"] == "compiled" and r["compile"]["calls"] == {"artifact": 0, "torch.compile": 1}
     assert r["compile"]["miss_reason"], r["compile"]
     assert r["max_abs_diff"] < TOL and r["counters_all"]["frames"]["ok"] >= 1
+
+
+# -- the shapes the fleet learned (issue 41) ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def learned(published):
+    """A second package in the mlp's key family: another container compiled the mlp with batch 2 and published
+    it (same model, same tags, another shape). A restart of the first container finds it by listing its family."""
+    svc, ctr, _ = published
+    other = Container(ctr.root.parent, "batch-2").run_worker("--model", "mlp-b2", "--name", "mlp", "--one-call",
+                                                             "--publish", **svc.client_env())
+    assert other["publish"]["artifact"].get("status") == "committed", other["publish"]
+    return other
+
+
+def test_a_learned_shape_is_served_by_its_own_package(published, learned):
+    svc, ctr, _ = published
+    r = run(ctr, svc, "--model", "mlp", "--also-batch", "2")
+    assert r["compile"]["source"] == "artifact", r["compile"]
+    assert r["compile"]["calls"] == {"artifact": 2, "torch.compile": 0}, r["compile"]
+    assert r["compile"]["learned"]["packages"] == [{"shape": "f32[2,256]", "calls": 1}], r["compile"]["learned"]
+    assert "frames" not in r["counters_all"], r["counters_all"]  # nothing traced, nothing compiled
+    assert r["also_batch_max_abs_diff"] < TOL and r["max_abs_diff"] < TOL
+    assert r["compile"]["usage"] == {"f32[8,256]": {"package": 1, "compile": 0, "eager": 0},
+                                     "f32[2,256]": {"package": 1, "compile": 0, "eager": 0}}
+
+
+def test_warm_up_runs_every_shape_the_fleet_served_so_no_request_compiles(published, learned):
+    """A process served batch 3 through torch.compile and exited (its usage reported at exit); a restart that
+    warms up runs the example's shape and the learned package's from packages and compiles batch 3 before
+    traffic: its request path then compiles nothing, batch 3 included."""
+    svc, ctr, _ = published
+    served = run(ctr, svc, "--model", "mlp", "--also-batch", "3")
+    assert served["compile"]["usage"]["f32[3,256]"] == {"package": 0, "compile": 1, "eager": 0}
+    warm = run(ctr, svc, "--model", "mlp", "--warm-up", "--also-batch", "3")
+    shapes = warm["warmed"]["shapes"]
+    assert shapes["f32[8,256]"]["served"] == "package" and shapes["f32[2,256]"]["served"] == "package", shapes
+    assert shapes["f32[3,256]"]["served"] == "compile", shapes  # from the fleet's demand
+    assert warm["counters_all"].get("frames") == warm["frames_after_warm_up"], "a request compiled after warm-up"
+    assert warm["compile"]["calls"]["torch.compile"] >= 2  # batch 3 in the warm-up, then the request
+    # the warm-up's calls are not the fleet's: usage counts the two requests only
+    assert warm["compile"]["usage"] == {"f32[8,256]": {"package": 1, "compile": 0, "eager": 0},
+                                        "f32[3,256]": {"package": 0, "compile": 1, "eager": 0}}
+    assert warm["also_batch_max_abs_diff"] < TOL

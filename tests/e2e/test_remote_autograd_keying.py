@@ -6,7 +6,7 @@ torch keys AOTAutograd entries by the whole functorch config, whose ``enable_rem
 So a version published from such a process gives a process without the setting an FX graph hit but an
 AOTAutograd miss (it traces the joint graph again). The test pins that behaviour of torch: when a
 release stops keying by the switch, the first restore here hits AOTAutograd, this test fails, and
-``cachesvc_client.publish.snapshot.keying_warnings`` should go. No Redis is needed: the key holds the setting
+``cachesvc_client.publish.keying.keying_warnings`` should go. No Redis is needed: the key holds the setting
 whether or not a remote cache can be reached.
 """
 from __future__ import annotations

@@ -277,6 +277,23 @@ def _install_aliases(graph: Any, live_globals: dict) -> None:
     builtins_name = getattr(graph, "name_of_builtins_dict_key_in_fglobals", None)
     if builtins_name and builtins_name not in live_globals:
         live_globals[builtins_name] = get_builtins_dict(live_globals)
+        _reserve_dynamo_name(builtins_name)
+
+
+def _reserve_dynamo_name(name: str) -> None:
+    """Keep this process's later traces from drawing ``name`` again. Dynamo names the globals it installs with
+    a per-process counter (``__builtins_dict___2``) and refuses to install a name the module already has
+    (``CleanupHook``: "Name ... already exists in scope"): the build's name, installed here, would make the
+    trace of a process that compiles after loading a package fail when its counter reaches the same number
+    (a process that loaded a learned shape's package, then built its own). So the counter is moved past it."""
+    from torch._dynamo import bytecode_transformation
+
+    number = name.rpartition("_")[2]
+    counter = getattr(bytecode_transformation, "_unique_id_counter", None)
+    if not number.isdigit() or counter is None:
+        return
+    while next(counter) <= int(number):
+        pass
 
 
 def _compare(guards: Any, described: Mapping[str, Optional[str]], live_locals: dict, live_globals: dict) -> None:

@@ -1,0 +1,87 @@
+"""A package opened for serving, and the checks it makes before each call.
+
+One ``Slot`` per package a process serves: the example's (the key ``compile()`` was called with) and
+each learned shape's (learned.py). Opening one checks that this host can run it, loads its proof (the
+build's guards, compared with this model: proof/) and opens it on the model's live tensors. Before a
+call it serves, the call must match what the package was built for (calls.py), must not want autograd,
+the proof must hold for it, and the model's tensors must be the ones it runs on (a replaced one is
+rebound, or the slot is dead for good).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Optional, Tuple
+
+from . import calls, proof as proof_mod, spec as spec_mod, support
+from .binding import Binding
+from .runner import Runner
+from ..errors import CacheClientError
+
+log = logging.getLogger("cachesvc_client")
+
+
+class Slot:
+    """An opened package: ``spec`` (what it serves), ``runner``, ``binding`` (the live tensors), ``proof``."""
+
+    def __init__(self, shape: str, spec: calls.CallSpec, runner: Runner, binding: Binding, proof: proof_mod.Proof,
+                 report: Any):
+        self.shape, self.spec, self.runner, self.binding, self.proof, self.report = \
+            shape, spec, runner, binding, proof, report
+        #: calls this package served in this process
+        self.calls = 0
+        #: set once the package cannot run on the model's tensors any more: never tried again
+        self.dead = False
+
+    def refusal(self, args: tuple, kwargs: dict, model: Any, name: str) -> Tuple[Optional[str], bool, Optional[List[Any]]]:
+        """``(why not, declared, flat)``: why this package does not serve the call (None: it does), whether
+        the call matched the declared inputs, and the call's tensors in the package's order."""
+        why = self.spec.mismatch(args, kwargs, model)
+        declared = why is None
+        flat = self.spec.flat(args, kwargs) if declared else None
+        why = why or spec_mod.grad_wanted(flat, model) or self._unproven(args, kwargs) or self._stale(name)
+        return why, declared, flat
+
+    def _unproven(self, args: tuple, kwargs: dict) -> Optional[str]:
+        """None while the package's guards hold for this call (proof/); else the first that fails."""
+        try:
+            if self.proof.holds(args, kwargs):
+                return None
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run proves nothing: torch.compile serves
+            return f"the package's guards could not be checked for this call: {type(exc).__name__}: {exc}"
+        return f"the package's guards fail for this call: {self.proof.why_not(args, kwargs)}"
+
+    def _stale(self, name: str) -> Optional[str]:
+        """None while the package runs on the model's tensors (rebinding replaced ones); else why not."""
+        changed = self.binding.changed()
+        if changed is None:
+            return None
+        why = self.binding.refresh()
+        if why is None:
+            try:
+                self.proof.refresh()  # a swapped submodule has hook dicts of its own
+                self.runner.rebind(self.binding.constants)
+                log.info("cachesvc compile %s: %s was replaced; the package now runs on the new tensors", name, changed)
+                return None
+            except CacheClientError as exc:
+                why = exc.message
+        self.dead = True  # for good: the package cannot run on these tensors
+        return f"the model's tensors were replaced ({changed}): {why}"
+
+
+def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device: str,
+              cuda_graph: bool) -> Tuple[Optional[Slot], str]:
+    """``(slot, "")`` for the package ``report`` restored, or ``(None, why not)``."""
+    why = support.check_host(report.meta, device)
+    if why:
+        return None, why
+    try:
+        # the proof first: a package that cannot vouch for this model is not even opened
+        checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), model)
+        binding = Binding(model)
+        runner = Runner(report.artifacts[0], binding.constants, device, cuda_graph=cuda_graph)
+        spec.narrow(calls.parse_served(str((report.meta or {}).get(support.SERVED, ""))))
+    except CacheClientError as exc:
+        return None, exc.message
+    if runner.in_spec != spec.structure:  # the key's shape text matched, the package not
+        return None, "the package's inputs are not this call's arguments"
+    return Slot(shape, spec, runner, binding, checked, report), ""

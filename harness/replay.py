@@ -1,0 +1,108 @@
+"""One serving process under replayed traffic: how it was started, then each request's latency.
+
+    python harness/replay.py --model mlp --how one-call --requests requests.json [--warm-up] [--twice]
+
+``--how``: ``torch-compile`` (cold, or whatever the container holds), ``mega-cache`` (the key's Mega-Cache
+restored and loaded, then torch.compile), ``one-call`` (cachesvc_client.compile). ``--warm-up`` (the one
+call): ``model.warm_up()`` before the first request. The requests file is a JSON list of batch sizes; each
+request is the model's example input with that batch, served one at a time (a synchronizing call on a GPU).
+``--twice`` replays the list again in the same process: steady state. ``--publish-mega-cache``: after the
+replay, publish this process's Mega-Cache under the model's name (the seed of the mega-cache variant).
+
+Prints one line, ``RESULT {json}``: the start's seconds (import to ready, warm-up included), each request's
+milliseconds, the Dynamo frames compiled during the replay (compiles on the request path) and, for the
+one call, its calls and warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+T0 = time.perf_counter()
+
+
+def _frames() -> int:
+    from torch._dynamo.utils import counters
+
+    return sum(counters["frames"].values()) if "frames" in counters else 0
+
+
+def _replay(call, inputs, batches, device: str) -> list:
+    import torch
+
+    latencies = []
+    for batch in batches:
+        x = inputs[0][:1].expand(batch, *inputs[0].shape[1:]).contiguous()
+        started = time.perf_counter()
+        with torch.no_grad():
+            call(x)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        latencies.append((time.perf_counter() - started) * 1000.0)
+    return latencies
+
+
+def _start(args, client, model, inputs, name: str, shape: str):
+    import torch
+
+    import cachesvc_client
+
+    out = {}
+    if args.how == "one-call":
+        call = cachesvc_client.compile(model, inputs, name=name, client=client, publish=False)
+        if args.warm_up:
+            with torch.no_grad():
+                out["warmed"] = call.warm_up()
+        out["source"] = call.source
+        return call, out
+    if args.how == "mega-cache":
+        out["restore"] = client.restore(name + "-mega", shape, kind="mega-cache", load=True).to_dict()
+    return torch.compile(model), out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--name", default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--how", choices=["torch-compile", "mega-cache", "one-call"], required=True)
+    p.add_argument("--requests", required=True, help="a JSON file: the batch size of each request, in order")
+    p.add_argument("--warm-up", action="store_true")
+    p.add_argument("--twice", action="store_true")
+    p.add_argument("--publish-mega-cache", action="store_true")
+    args = p.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from harness.models import build
+
+    import torch
+
+    from cachesvc_client import CacheClient, shape_signature
+
+    model, inputs = build(args.model, args.device)
+    name = args.name or args.model
+    shape = shape_signature(*inputs)
+    client = CacheClient()
+    call, out = _start(args, client, model, inputs, name, shape)
+    batches = json.load(open(args.requests))
+    if args.how != "one-call":  # torch.compile compiles at its first call: that is the start's, as eager's is
+        with torch.no_grad():
+            call(*inputs)
+    out["ready_s"] = time.perf_counter() - T0
+    before = _frames()
+    out["latencies_ms"] = _replay(call, inputs, batches, args.device)
+    out["request_path_frames"] = _frames() - before
+    if args.twice:
+        out["steady_ms"] = _replay(call, inputs, batches, args.device)
+    if args.how == "one-call":
+        out["calls"] = dict(call.calls)
+        out["learned"] = call.learned
+    if args.publish_mega_cache:
+        out["published"] = client.publish_mega_cache(name + "-mega", shape).to_dict()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The learned shapes' pieces that need no compile: calls of other shapes made from the example call
+(one_call/shapes.py), a package's key read back into what it serves (calls.parse_declared, learned.py),
+and the demand's shapes matched against a package's ranges. Each key text comes from the service: one
+that is not a shape of this model's call, or not one this client writes, is refused, never guessed."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cachesvc_client.one_call import calls, shapes  # noqa: E402
+from cachesvc_client.one_call.learned import Learned, _covers  # noqa: E402
+from cachesvc_client.usage import demand_rows, package_shapes  # noqa: E402
+
+
+class Compiled:
+    """What Learned reads of a CompiledModel: the example call, the model, the key's shape."""
+
+    def __init__(self, model, args, kwargs=None):
+        self.model, self.args, self.call_kwargs, self.name = model, args, dict(kwargs or {}), "m"
+        self.shape = shapes.signature(args, self.call_kwargs)
+
+
+class Encoder(torch.nn.Module):
+    def forward(self, input_ids, attention_mask):
+        return input_ids * attention_mask
+
+
+def test_a_call_of_another_shape_keeps_the_structure_dtypes_and_values_of_the_example():
+    ids = torch.arange(10).reshape(2, 5)
+    mask = torch.ones(2, 5, dtype=torch.long)
+    args, kwargs = shapes.resized((), {"input_ids": ids, "attention_mask": mask},
+                                  "attention_mask=i64[1,7],input_ids=i64[1,7]")
+    assert list(kwargs) == ["input_ids", "attention_mask"]  # the caller's order; the text's is sorted
+    assert kwargs["input_ids"].tolist() == [[0, 1, 2, 3, 4, 5, 6]] and kwargs["attention_mask"].eq(1).all()
+    x = torch.randn(8, 4)
+    (y,), _ = shapes.resized((x,), {}, "f32[20,4]")
+    assert y.shape == (20, 4) and torch.equal(y[:8], x) and torch.equal(y[8:16], x) and y.is_contiguous()
+
+
+@pytest.mark.parametrize("text", ["f16[3,4]", "f32[3,4,1]", "f32[3,4],f32[1]", "", "f32[3,", "x=f32[3,4]",
+                                  "f32[3,4]|dynamic=(b:1..4,4)", "int", "f32[-1,4]"])
+def test_a_text_that_is_not_a_shape_of_the_call_makes_no_call(text):
+    assert shapes.resized((torch.randn(8, 4),), {}, text) is None
+
+
+def test_a_declared_key_parses_back_to_the_spec_that_wrote_it():
+    x = torch.randn(4, 16)
+    spec = calls.CallSpec((x,), None, False, dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=32)},),
+                          forward=torch.nn.Linear(16, 2).forward)
+    key = spec.signature("f32[4,16]")
+    assert key == "f32[4,16]|dynamic=(batch:1..32,16)"
+    again = calls.CallSpec((x,), None, False, leaf_dims=calls.parse_declared(key.partition("|dynamic=")[2]))
+    assert again.signature("f32[4,16]") == key
+    assert again.mismatch((torch.randn(17, 16),), {}, torch.nn.Linear(16, 2).eval()) is None
+    assert "outside the declared batch" in again.mismatch((torch.randn(33, 16),), {}, torch.nn.Linear(16, 2).eval())
+
+
+@pytest.mark.parametrize("text", ["(batch:1..32,16", "(batch:32..1,16)", "(1b:1..2,16)", "(batch:1..x,16)", "()x",
+                                  "(batch=1..32,16)", ""])
+def test_declared_ranges_that_are_not_this_clients_text_are_refused(text):
+    assert calls.parse_declared(text) is None
+
+
+def learned_of(model, args, kwargs=None) -> Learned:
+    return Learned(Compiled(model, args, kwargs), limit=16)
+
+
+def test_a_learned_key_becomes_a_spec_only_when_it_is_a_shape_of_this_call():
+    learned = learned_of(torch.nn.Linear(16, 2).eval(), (torch.randn(4, 16),))
+    spec, why = learned._spec("f32[9,16]")
+    assert why == "" and spec.mismatch((torch.randn(9, 16),), {}, learned.compiled.model) is None
+    spec, why = learned._spec("f32[2,16]|dynamic=(batch:2..64,16)")
+    assert why == "" and spec.mismatch((torch.randn(40, 16),), {}, learned.compiled.model) is None
+    for key, said in [("f32[9,16],f32[1]", "not a shape"), ("f32[2,16]|dynamic=(batch:2..64", "do not parse"),
+                      ("f32[2,16]|examples=2x16;3x16", "declared examples"),
+                      ("f32[2,16]|dynamic=(batch:2..64,17)", "do not hold"),  # another shape in its declaration
+                      ("f32[2,16]|dynamic=(batch:3..64,16)", "do not hold")]:  # its example outside its range
+        spec, why = learned._spec(key)
+        assert spec is None and said in why, (key, why)
+
+
+def test_the_demand_orders_packages_by_the_calls_they_would_serve():
+    learned = learned_of(torch.nn.Linear(16, 2).eval(), (torch.randn(4, 16),))
+    ranged, _ = learned._spec("f32[2,16]|dynamic=(batch:2..8,16)")
+    exact, _ = learned._spec("f32[32,16]")
+    learned.demand = [{"shape": "f32[32,16]", "calls": 100}, {"shape": "f32[3,16]", "calls": 60},
+                      {"shape": "f32[5,16]", "calls": 50}, {"shape": "f32[9,16]", "calls": 500},
+                      {"shape": "i64[3,16]", "calls": 7}]
+    assert learned._busy(exact) == 100 and learned._busy(ranged) == 110 + 7  # by shape alone: i64 counts
+    assert _covers(ranged, "f32[8,16]") and not _covers(ranged, "f32[9,16]") and not _covers(ranged, "f32[3,17]")
+    assert not _covers(ranged, "f32[3,16],f32[3,16]") and not _covers(ranged, "junk")
+
+
+def test_the_services_answers_are_read_defensively():
+    tags = {"mode": "default"}
+    answer = {"items": [{"tags": tags, "shapes": [{"shape": "f32[1,4]", "calls": 3}, {"shape": 5, "calls": 1},
+                                                  {"shape": "f32[2,4]", "calls": "9"}, "junk",
+                                                  {"shape": "f32[2,4]", "calls": True}]},
+                        {"tags": {"mode": "other"}, "shapes": [{"shape": "f32[1,4]", "calls": 4}]}, None]}
+    assert [r["shape"] for r in demand_rows(answer, tags)] == ["f32[1,4]"]
+    assert demand_rows(answer, None)[0]["calls"] == 7  # every family, merged
+    assert demand_rows({"items": "nope"}, tags) == [] and demand_rows([], None) == []
+    assert package_shapes({"entries": [{"shape": "f32[1,4]"}, {"shape": 3}, 7]}) == ["f32[1,4]"]
+    assert package_shapes({"entries": None}) == [] and package_shapes("x") == []

@@ -205,7 +205,8 @@ def _layout(args: tuple, kwargs: Dict[str, Any]) -> List[Optional[int]]:
     lists them): its item in the call's shape text if it is a tensor, the only kind a range is declared on."""
     items: Dict[Tuple[str, Any], Optional[int]] = {}
     at = 0
-    for where, value in [(("#", i), a) for i, a in enumerate(args)] + [(("=", k), kwargs[k]) for k in sorted_keys(kwargs)]:
+    in_text_order = [(("#", i), a) for i, a in enumerate(args)] + [(("=", k), kwargs[k]) for k in sorted_keys(kwargs)]
+    for where, value in in_text_order:
         items[where] = at if _is_tensor(value) else None
         at += len(shapes.items(shape_signature(value)) or ())  # shape text order: keywords sorted
     return [items[("#", i)] for i in range(len(args))] + [items[("=", k)] for k in kwargs]

@@ -11,7 +11,9 @@
    range); a hit is "already built", so a second run builds nothing. A failure is recorded with its cause
    and the job goes on; no build starts once ``budget`` seconds have passed.
 
-The job's own calls are not the fleet's: usage reports are off while it runs (``CACHESVC_USAGE=0``).
+While it runs, the one call neither reports the job's calls (they are not the fleet's: ``CACHESVC_USAGE=0``)
+nor fetches the family's other packages to serve calls with (the job serves none, and each model it makes
+would fetch them all again: ``CACHESVC_LEARNED_PACKAGES=0``).
 """
 from __future__ import annotations
 
@@ -29,9 +31,11 @@ from .. import one_call
 from ..errors import CacheClientError
 from ..one_call import calls, shapes
 from ..process.fingerprint import shape_signature, sorted_keys
-from ..settings import USAGE_VAR
+from ..settings import LEARNED_PACKAGES_VAR, USAGE_VAR
 
 log = logging.getLogger("cachesvc_client")
+#: the one call's settings the job runs with (see the module)
+AS_BUILDER = {USAGE_VAR: "0", LEARNED_PACKAGES_VAR: "0"}
 #: a publish's statuses after which the package is on the service (linked: another key's same content)
 PUBLISHED = ("committed", "unchanged", "linked")
 
@@ -58,7 +62,7 @@ def run(example: Example, job: Job, client: Any) -> Outcome:
     """The job (see the module). Never raises for a package's trouble: the outcome says it. Raises JobError
     when the example itself cannot be made through the one call (nothing names the key family then)."""
     started = time.monotonic()
-    with _not_counted():
+    with _as_builder():
         compiled, first = _example(example, job, client)
         outcome = Outcome(job.name, {"name": job.name, "tags": compiled.tags, "env": client.environment()},
                           first, job=_asked(job), dry_run=job.dry_run)
@@ -77,9 +81,8 @@ def _demand(client: Any, job: Job, tags: Mapping[str, str], outcome: Outcome) ->
         outcome.error = f"could not read the fleet's demand: {exc.message}"
         return []
     if not demand:
-        built = "would be built" if job.dry_run else "is built"
-        outcome.note = (f"no demand recorded yet for {job.name} (this key family, this environment): only the "
-                        f"example shape {built}")
+        outcome.note = (f"no demand recorded yet for {job.name} (this key family, this environment): nothing to "
+                        f"build but the example")
     return demand
 
 
@@ -106,17 +109,18 @@ def _asked(job: Job) -> Dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _not_counted() -> Iterator[None]:
-    """Usage reports off (the one call reads the setting as each model is made), as it was afterwards."""
-    before = os.environ.get(USAGE_VAR)
-    os.environ[USAGE_VAR] = "0"
+def _as_builder() -> Iterator[None]:
+    """``AS_BUILDER`` set (the one call reads them as each model is made), and as they were afterwards."""
+    before = {name: os.environ.get(name) for name in AS_BUILDER}
+    os.environ.update(AS_BUILDER)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(USAGE_VAR, None)
-        else:
-            os.environ[USAGE_VAR] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _compile(model: Any, args: tuple, kwargs: dict, job: Job, client: Any, **declared: Any) -> Any:
@@ -201,7 +205,8 @@ def _layout(args: tuple, kwargs: Dict[str, Any]) -> List[Optional[int]]:
     lists them): its item in the call's shape text if it is a tensor, the only kind a range is declared on."""
     items: Dict[Tuple[str, Any], Optional[int]] = {}
     at = 0
-    for where, value in [(("#", i), a) for i, a in enumerate(args)] + [(("=", k), kwargs[k]) for k in sorted_keys(kwargs)]:
+    in_text_order = [(("#", i), a) for i, a in enumerate(args)] + [(("=", k), kwargs[k]) for k in sorted_keys(kwargs)]
+    for where, value in in_text_order:
         items[where] = at if _is_tensor(value) else None
         at += len(shapes.items(shape_signature(value)) or ())  # shape text order: keywords sorted
     return [items[("#", i)] for i in range(len(args))] + [items[("=", k)] for k in kwargs]

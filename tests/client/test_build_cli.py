@@ -4,7 +4,9 @@ TARGET's problems (no colon, no module, no file, not callable, a wrong return, a
 raises) and bad flags exit 2 with one line naming the problem and what to do, never a traceback. Against a
 real service (`cachesvc serve`), --dry-run --json prints one JSON document: the key family, the job's
 settings (--option values parsed as Python literals), the plan and a status per package; no demand yet is
-said and exits 0. Nothing is compiled here: the builds themselves are tests/e2e/test_build_job.py's.
+said and exits 0. A model torch.export refuses (the one compile here, torch.compile alone: no package is ever
+built) has each of its packages reported failed with the cause, the job going on to the next, and exits 1.
+The builds themselves are tests/e2e/test_build_job.py's.
 """
 from __future__ import annotations
 
@@ -58,6 +60,18 @@ def args_not_a_tuple():
 
 def raises():
     raise RuntimeError("the weights are not there")
+
+
+class Branchy(Tiny):
+    def forward(self, x):
+        if x.sum() > 0:  # a branch on the data: Dynamo cannot trace it in one graph, so no package can vouch for it
+            return self.proj(x)
+        return -self.proj(x)
+
+
+def branchy():
+    torch.manual_seed(0)
+    return Branchy().eval(), (torch.randn(8, 16),)
 
 
 NOT_CALLABLE = 5
@@ -156,9 +170,8 @@ def service(tmp_path_factory):
         yield svc
 
 
-def dry_run(workdir: Path, svc: ServiceProcess, *args: str) -> dict:
-    out = build(workdir, environment(workdir, **svc.client_env()), "factory:build", "--name", "tiny", "--dry-run",
-                "--json", *args)
+def dry_run(workdir: Path, svc: ServiceProcess, *args: str, target: str = "factory:build", name: str = "tiny") -> dict:
+    out = build(workdir, environment(workdir, **svc.client_env()), target, "--name", name, "--dry-run", "--json", *args)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     return json.loads(out.stdout)  # one document: the progress and warnings are on stderr
 
@@ -166,7 +179,7 @@ def dry_run(workdir: Path, svc: ServiceProcess, *args: str) -> dict:
 def report_demand(svc: ServiceProcess, key: dict, calls: Dict[str, int], tmp_path: Path) -> None:
     """The fleet's reports, as the one call's reporter sends them; the name first gets an entry (the service keeps
     demand only for a name it has one for)."""
-    (tmp_path / "root").mkdir()
+    (tmp_path / "root").mkdir(exist_ok=True)
     (tmp_path / "root" / "kernel.py").write_text("# a compiled kernel\n")
     client = CacheClient(svc.url, svc.token)
     client.publish(key["name"], "f32[1]", key["tags"], env=key["env"], roots={"inductor": str(tmp_path / "root")},
@@ -180,8 +193,8 @@ def report_demand(svc: ServiceProcess, key: dict, calls: Dict[str, int], tmp_pat
 def test_dry_run_json_says_the_key_the_plan_and_each_packages_status(workdir, service, tmp_path):
     before = dry_run(workdir, service)  # no demand yet: said, exit 0, the example only
     assert before["plan"] is None and before["packages"] == [] and before["ok"] is True
-    assert before["note"] == ("no demand recorded yet for tiny (this key family, this environment): only the example "
-                              "shape would be built")
+    assert before["note"] == ("no demand recorded yet for tiny (this key family, this environment): nothing to build "
+                              "but the example")
     assert before["example"]["shape"] == "f32[8,16]" and before["example"]["status"] == "planned"
     key = before["key"]
     assert key["name"] == "tiny" and key["tags"]["compile"] == "aoti" and set(key["env"]) >= {"torch", "device"}
@@ -220,3 +233,19 @@ def test_options_are_python_literals_and_part_of_the_key(workdir, service):
     plain = dry_run(workdir, service)
     assert got["key"]["tags"]["options"] != plain["key"]["tags"]["options"]  # another key family: its own demand
     assert got["plan"] is None and got["note"].startswith("no demand recorded yet")
+
+
+def test_a_package_that_cannot_be_built_is_reported_with_its_cause_and_the_job_goes_on(workdir, service, tmp_path):
+    key = dry_run(workdir, service, target="factory:branchy", name="branchy")["key"]
+    report_demand(service, key, {"f32[8,16]": 100, "f32[2,16]": 50}, tmp_path)
+    out = build(workdir, environment(workdir, **service.client_env()), "factory:branchy", "--name", "branchy", "--json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    got = json.loads(out.stdout)
+    cause = "no proof the package computes this model: Dynamo could not trace the model in one graph"
+    assert got["example"]["status"] == "failed" and got["example"]["why"].startswith(cause), got["example"]
+    assert [(p["shape"], p["status"]) for p in got["packages"]] == [("f32[8,16]", "failed"), ("f32[2,16]", "failed")]
+    assert got["packages"][1]["why"].startswith(cause) and got["packages"][1]["seconds"] > 0  # tried, after the first
+    assert got["ok"] is False and got["counts"]["failed"] == 2
+    assert got["lines"][-1].endswith("some planned packages do not exist")
+    assert [line.split() for line in got["lines"] if "f32[2,16]" in line][0][:5] == [
+        "f32[2,16]", "50", "calls", "failed:", "no"], got["lines"]

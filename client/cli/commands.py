@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import logging
 import sys
 import warnings
@@ -27,7 +26,7 @@ from typing import Callable, Dict, Optional
 import click
 from click.core import ParameterSource
 
-from .. import __version__, settings
+from .. import __version__
 from . import checks, inventory, support
 from ..process import keyenv
 from ..shared import keys
@@ -378,8 +377,6 @@ def build(ctx, *, target, name, mode, options, tags, max_packages, coverage, bud
     except build_job.TargetError as exc:
         raise click.UsageError(str(exc), ctx) from None
     _environment(ctx, client)
-    # the job serves nothing: it fetches no learned shapes' packages beside the ones it builds
-    os.environ[settings.LEARNED_PACKAGES_VAR] = "0"
     job = build_job.Job(name, mode=mode, options=options, tags=tags or None, max_packages=max_packages,
                         coverage=coverage, budget=budget, dry_run=dry_run)
     try:

@@ -6,7 +6,8 @@
 restored and loaded, then torch.compile), ``one-call`` (cachesvc_client.compile). ``--warm-up`` (the one
 call): ``model.warm_up()`` before the first request. The requests file is a JSON list of batch sizes; each
 request is the model's example input with that batch, served one at a time (a synchronizing call on a GPU).
-``--twice`` replays the list again in the same process: steady state. ``--publish-mega-cache``: after the
+``--twice`` replays the list again in the same process: its steady state. ``--mode``: torch.compile's mode
+(reduce-overhead: CUDA graphs on a GPU), for torch.compile and the one call alike. ``--publish-mega-cache``: after the
 replay, publish this process's Mega-Cache under the model's name (the seed of the mega-cache variant).
 
 Prints one line, ``RESULT {json}``: the start's seconds (import to ready, warm-up included), each request's
@@ -52,7 +53,7 @@ def _start(args, client, model, inputs, name: str, shape: str):
 
     out = {}
     if args.how == "one-call":
-        call = cachesvc_client.compile(model, inputs, name=name, client=client, publish=False)
+        call = cachesvc_client.compile(model, inputs, name=name, client=client, publish=False, mode=args.mode)
         if args.warm_up:
             with torch.no_grad():
                 out["warmed"] = call.warm_up()
@@ -60,7 +61,7 @@ def _start(args, client, model, inputs, name: str, shape: str):
         return call, out
     if args.how == "mega-cache":
         out["restore"] = client.restore(name + "-mega", shape, kind="mega-cache", load=True).to_dict()
-    return torch.compile(model), out
+    return torch.compile(model, mode=args.mode), out
 
 
 def main() -> None:
@@ -68,6 +69,7 @@ def main() -> None:
     p.add_argument("--model", default="mlp")
     p.add_argument("--name", default=None)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--mode", default=None, help="torch.compile's mode (both routes)")
     p.add_argument("--how", choices=["torch-compile", "mega-cache", "one-call"], required=True)
     p.add_argument("--requests", required=True, help="a JSON file: the batch size of each request, in order")
     p.add_argument("--warm-up", action="store_true")

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from harness import hf_models
 
-MODELS = ("mlp, mlp-b<N>, mlp-wide, tiny, encoder, encoder6, torchvision's resnet50, vit_b_16, convnext_tiny, "
+MODELS = ("mlp, mlp-b<N>, mlp-wide, branchy, tiny, encoder, encoder6, torchvision's resnet50, vit_b_16, convnext_tiny, "
           "efficientnet_b0, regnet_y_400mf, and transformers' "
           f"{', '.join(hf_models.FAMILIES)} (-large, -bf16, -fp16: harness/hf_models.py)")
 
 
 def input_dims(name: str) -> tuple:
     """The example input's dimensions for ``name`` (one float32 tensor), known without torch."""
-    dims = {"mlp": (8, 256), "tiny": (8, 64), "mlp-wide": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224),
+    dims = {"mlp": (8, 256), "tiny": (8, 64), "mlp-wide": (8, 256), "branchy": (8, 256), "vit_b_16": (8, 3, 224, 224), "encoder": (4, 32, 128), "encoder6": (8, 128, 512), "resnet50": (8, 3, 224, 224),
             "convnext_tiny": (8, 3, 224, 224), "efficientnet_b0": (8, 3, 224, 224),
             "regnet_y_400mf": (8, 3, 224, 224)}
     if name.startswith("mlp-b") and name[5:].isdigit():
@@ -52,6 +52,8 @@ def build(name: str, device: str = "cpu"):
         model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     elif name == "mlp-wide":  # the mlp with a wider hidden layer: same inputs, another structure
         model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10))
+    elif name == "branchy":  # the mlp with a branch on a tensor's value: a graph break, so no package (a fallback)
+        model = _Branchy()
     elif name == "tiny":  # a custom module, from $DEMO_MODEL_DIR/tinynet.py (tests write versions of its code)
         model = _tinynet().Tiny()
     elif name == "encoder":
@@ -65,6 +67,30 @@ def build(name: str, device: str = "cpu"):
 
         model = getattr(torchvision.models, name)(weights=None)
     return model.to(device).eval(), (torch.randn(*dims).to(device),)
+
+
+def _branchy_class():
+    from torch import nn
+
+    class Branchy(nn.Module):
+        """Which second layer runs depends on the input's values: Dynamo breaks the graph there and
+        torch.export refuses it, so the one call finds no package and falls back to torch.compile."""
+
+        def __init__(self):
+            super().__init__()
+            self.first, self.up, self.down = nn.Linear(256, 512), nn.Linear(512, 512), nn.Linear(512, 512)
+            self.last = nn.Linear(512, 10)
+
+        def forward(self, x):
+            h = self.first(x).relu()
+            h = self.up(h) if h.mean() > 0 else self.down(h)
+            return self.last(h.relu())
+
+    return Branchy
+
+
+def _Branchy():
+    return _branchy_class()()
 
 
 def _tinynet():

@@ -59,6 +59,7 @@ class RestoreReport:
     signed_by: Dict[str, str] = field(default_factory=dict)  # the version's signer: fingerprint, comment ({}: unsigned)
     refused: bool = False     # a version was found but its signature was refused (CACHESVC_TRUSTED_KEYS): see reason
     warmed: Optional[Dict[str, Any]] = None  # the one call's warm_up(): the shapes it ran, how each was served
+    phases: Optional[Dict[str, float]] = None  # the one call's compile(): where its seconds went (CompiledModel.phases)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

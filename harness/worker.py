@@ -268,7 +268,8 @@ def main() -> None:
                           "tags": call.tags, "shape": call.shape, "report_warnings": call.report.warnings if call.report else [],
                           "capture_phases": getattr(call, "capture_phases", None),
                           "usage": getattr(call, "usage", None),  # an older client counts nothing
-                          "learned": getattr(call, "learned", None)}
+                          "learned": getattr(call, "learned", None),
+                          "phases": getattr(call, "phases", None)}  # where compile()'s seconds went
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: v for k, v in counters["inductor"].items() if "cache" in k}

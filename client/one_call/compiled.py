@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support
 from . import shapes as shapes_mod, warmup
-from .learned import Learned
+from .learned import Learned, learned_limit
 from .slot import Slot, open_slot
 from . import verify as verify_mod
-from .. import settings, usage
+from .. import usage
 from ..errors import HitRequired
 
 log = logging.getLogger("cachesvc_client")
@@ -46,20 +46,6 @@ def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-#: learned shapes' packages fetched by default (CACHESVC_LEARNED_PACKAGES)
-LEARNED_PACKAGES = 16
-
-
-def _learned_limit() -> int:
-    given = settings.current().learned_packages
-    try:
-        return max(0, int(given)) if given is not None else LEARNED_PACKAGES
-    except ValueError:
-        log.warning("cachesvc compile: %s=%r is not a whole number; fetching up to %d learned packages",
-                    settings.LEARNED_PACKAGES_VAR, given, LEARNED_PACKAGES)
-        return LEARNED_PACKAGES
-
-
 class Calls(dict):
     """``{"artifact": n, "torch.compile": m}``: the calls each served; ``why``: the cause of the first
     fall-back to torch.compile ("" while none), ``causes``: every distinct one, in order."""
@@ -80,6 +66,7 @@ class CompiledModel:
 
         from ..client import CacheClient
 
+        started = time.monotonic()
         self.model, self.args, self.call_kwargs, self.name, self.mode = model, args, call_kwargs, name, mode
         self.kwargs = torch_compile_kwargs
         self.client = client if client is not None else CacheClient()
@@ -96,6 +83,10 @@ class CompiledModel:
         #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
         self.tags = _key_tags(model, tags, mode, self.route, torch_compile_kwargs)
+        #: where compile()'s own seconds went: "key" (the spec and the key's code and config walk), "restore"
+        #: (resolve and fetch), on a hit "proof", "bind", "load" (slot.py), "background" (starting the snapshot
+        #: restore, usage and the learned packages), "total"; also in the restore report
+        self.phases: Dict[str, float] = {"key": round(time.monotonic() - started, 4)}
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
         #: a hit's proof: how long comparing it and rebuilding its guard trees took, and how many guards
@@ -121,6 +112,7 @@ class CompiledModel:
             self.miss_reason = f"route torch: {self.route_reason}"
         if self._slot is None:
             self._restore_snapshot()
+            self._timed("snapshot", started)  # a miss: torch.compile's caches, before its first call
             self._fell_back(self._miss_cause(), declared=True)
         else:
             self._start_snapshot_restore()
@@ -132,6 +124,15 @@ class CompiledModel:
         #: publishes fetches them after its publish traced the model (a proof's load writes the globals it reads)
         self._down, self.warmed = down, None  # warmed: what ``warm_up`` ran
         self._learned = None if down or (self._slot is None and self._publish) else self._start_learning()
+        self._timed("background", started)
+        self.phases["total"] = round(time.monotonic() - started, 4)
+        if self.report is not None:
+            self.report.phases = self.phases
+
+    def _timed(self, phase: str, started: float) -> None:
+        """``phases[phase]``: the seconds since ``started`` less the phases timed before it."""
+        spent = sum(v for k, v in self.phases.items() if k != "total")
+        self.phases[phase] = round(max(0.0, time.monotonic() - started - spent), 4)
 
     # -- a hit -------------------------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class CompiledModel:
         started = time.monotonic()
         report = self.client.restore(self.name, self.shape, self.tags, kind=support.KIND, require_hit=False)
         self.report = report
+        self.phases["restore"] = round(time.monotonic() - started, 4)
         if not report.hit:
             self.miss_reason = report.reason or "no published artifact for this key"
             return
@@ -147,14 +149,16 @@ class CompiledModel:
             self.miss_reason = f"not using the published artifact: {why}"
             return
         self._slot = slot
+        self.phases.update(slot.phases)
         self.proof_seconds, self.proof_guards = slot.proof.load_seconds, slot.proof.guards
         self.source, self.load_seconds = "artifact", time.monotonic() - started
-        log.info("cachesvc compile %s: loaded the precompiled artifact (version %s) in %.2f s",
-                 self.name, report.version_id, self.load_seconds)
+        log.info("cachesvc compile %s: loaded the precompiled artifact (version %s) in %.2f s (%s)",
+                 self.name, report.version_id, self.load_seconds,
+                 ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()))
 
     def _start_learning(self) -> Optional[Learned]:
         """Fetch the key family's packages of other shapes in the background (none off the package route)."""
-        limit = _learned_limit()
+        limit = learned_limit()
         if self.route != "aoti" or limit == 0 or not getattr(self.client, "url", ""):
             return None
         learned = Learned(self, limit)

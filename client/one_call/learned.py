@@ -23,8 +23,23 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import calls, shapes, support
 from .slot import Slot, open_slot
+from .. import settings
 
 log = logging.getLogger("cachesvc_client")
+
+#: learned shapes' packages fetched by default (CACHESVC_LEARNED_PACKAGES)
+LEARNED_PACKAGES = 16
+
+
+def learned_limit() -> int:
+    """How many learned packages a process fetches: CACHESVC_LEARNED_PACKAGES, else ``LEARNED_PACKAGES``."""
+    given = settings.current().learned_packages
+    try:
+        return max(0, int(given)) if given is not None else LEARNED_PACKAGES
+    except ValueError:
+        log.warning("cachesvc compile: %s=%r is not a whole number; fetching up to %d learned packages",
+                    settings.LEARNED_PACKAGES_VAR, given, LEARNED_PACKAGES)
+        return LEARNED_PACKAGES
 
 #: how long a call waits for the listing (one small GET), and for its shape's package to be fetched
 LIST_WAIT_S = 10.0

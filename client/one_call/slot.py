@@ -10,7 +10,8 @@ rebound, or the slot is dead for good).
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Tuple
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import calls, proof as proof_mod, spec as spec_mod, support
 from .binding import Binding
@@ -31,6 +32,8 @@ class Slot:
         self.calls = 0
         #: set once the package cannot run on the model's tensors any more: never tried again
         self.dead = False
+        #: the seconds opening it took: "proof" (load and compare), "bind" (the live tensors), "load" (the runner)
+        self.phases: Dict[str, float] = {}
 
     def refusal(self, args: tuple, kwargs: dict, model: Any, name: str) -> Tuple[Optional[str], bool, Optional[List[Any]]]:
         """``(why not, declared, flat)``: why this package does not serve the call (None: it does), whether
@@ -74,14 +77,20 @@ def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device:
     why = support.check_host(report.meta, device)
     if why:
         return None, why
+    marks = [time.monotonic()]
     try:
         # the proof first: a package that cannot vouch for this model is not even opened
         checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), model)
+        marks.append(time.monotonic())
         binding = Binding(model)
+        marks.append(time.monotonic())
         runner = Runner(report.artifacts[0], binding.constants, device, cuda_graph=cuda_graph)
+        marks.append(time.monotonic())
         spec.narrow(calls.parse_served(str((report.meta or {}).get(support.SERVED, ""))))
     except CacheClientError as exc:
         return None, exc.message
     if runner.in_spec != spec.structure:  # the key's shape text matched, the package not
         return None, "the package's inputs are not this call's arguments"
-    return Slot(shape, spec, runner, binding, checked, report), ""
+    slot = Slot(shape, spec, runner, binding, checked, report)
+    slot.phases = {phase: round(end - start, 4) for phase, start, end in zip(("proof", "bind", "load"), marks, marks[1:])}
+    return slot, ""

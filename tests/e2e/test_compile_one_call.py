@@ -70,6 +70,12 @@ def test_a_restarted_container_loads_it_without_tracing_or_compiling(published):
     assert not imported["triton"] or dynamo_alone_imports_triton(), imported
     assert "frames" not in warm["counters_all"] and not warm["counters"], warm["counters_all"]
     assert warm["max_abs_diff"] < TOL
+    # where compile()'s own seconds went, each phase timed once: what a slow start is read from
+    phases = warm["compile"]["phases"]
+    assert set(phases) == {"key", "restore", "proof", "bind", "load", "background", "total"}, phases
+    assert all(v >= 0 for v in phases.values()) and phases["restore"] > 0 and phases["load"] > 0, phases
+    parts = sum(v for k, v in phases.items() if k != "total")
+    assert parts <= phases["total"] + 0.01 and phases["total"] <= warm["compile"]["load_s"] + parts, phases
 
 
 def dynamo_alone_imports_triton() -> bool:
@@ -95,6 +101,9 @@ def test_a_changed_model_or_torch_misses_and_compiles(published, flags, env, why
     assert r["compile"]["source"] == "compiled" and r["compile"]["calls"] == {"artifact": 0, "torch.compile": 1}
     assert r["compile"]["miss_reason"], r["compile"]
     assert r["max_abs_diff"] < TOL and r["counters_all"]["frames"]["ok"] >= 1
+    # a miss restores its snapshot before the first call: a phase of its own, and nothing was opened
+    phases = r["compile"]["phases"]
+    assert {"key", "restore", "snapshot", "background", "total"} == set(phases), phases
 
 
 # -- the shapes the fleet learned (issue 41) ------------------------------------------------------------

@@ -106,6 +106,11 @@ class CompiledModel:
         self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
         self._warming = False  # warm_up's calls are not the fleet's: usage does not count them
+        self.warmed = None  # what ``warm_up`` ran
+        self._start(started)
+
+    def _start(self, started: float) -> None:
+        """The package if one serves, else the snapshot for torch.compile; then what runs beside the calls."""
         if self.route == "aoti":
             self._try_artifact()
         else:
@@ -119,10 +124,10 @@ class CompiledModel:
         #: the calls of each input shape and how each was served, reported to the service (cachesvc_client.usage);
         #: not where the restore found the service down: its exit would wait for it again
         down = any(r is not None and r.service_down for r in (self.report, getattr(self, "snapshot", None)))
-        self._tally = None if down else usage.track(self.client, name, self.tags)
+        self._tally = None if down else usage.track(self.client, self.name, self.tags)
         #: the packages of the other shapes the fleet served, fetched in the background (learned.py); a miss that
         #: publishes fetches them after its publish traced the model (a proof's load writes the globals it reads)
-        self._down, self.warmed = down, None  # warmed: what ``warm_up`` ran
+        self._down = down
         self._learned = None if down or (self._slot is None and self._publish) else self._start_learning()
         self._timed("background", started)
         self.phases["total"] = round(time.monotonic() - started, 4)

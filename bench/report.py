@@ -275,9 +275,44 @@ def serving_replay_table(results: Path, name: str) -> str:
                      "p99 / own steady"], rows)
 
 
+def ttfi_eager_table(results: Path, *names: str) -> str:
+    """bench/ttfi.py files' rows against eager: process start to first output, and its ratio to eager's."""
+    rows = []
+    for name in names:
+        for r in _read(results, name)["rows"]:
+            rows.append([r["model"], LABELS.get(r["contender"], r["contender"]), r["n"], f(r["restore_s"]),
+                         f(r["first_call_s"]), f(r.get("ready_s")), f(r.get("x_eager")),
+                         f"{r['fxgraph_hits']} / {r['n']}", name])
+    return md_table(["model", "contender", "rounds", "restore s", "first call s", "process start to first output s",
+                     "x eager", "fx-graph hits / runs", "data"], rows)
+
+
+#: compile()'s phases (CompiledModel.phases), in the order they run
+PHASES = ("key", "restore", "proof", "bind", "load", "snapshot", "background", "total")
+
+
+def compile_phases_table(results: Path, *names: str) -> str:
+    """The one call's own seconds by phase: the median over a ttfi file's cachesvc-compile samples, per model."""
+    from statistics import median
+
+    rows = []
+    for name in names:
+        doc = _read(results, name)
+        for model in doc["models"]:
+            runs = [s["compile"] for s in doc["samples"] if s["model"] == model and s["contender"] == "cachesvc-compile"
+                    and (s.get("compile") or {}).get("phases")]
+            if not runs:
+                continue
+            got = [p for p in PHASES if any(p in c["phases"] for c in runs)]
+            rows.append([model, runs[0]["source"], len(runs)] +
+                        [f(median(c["phases"].get(p, 0.0) for c in runs), 3) if p in got else "-" for p in PHASES] +
+                        [name])
+    return md_table(["model", "served by", "runs"] + [f"{p} s" for p in PHASES] + ["data"], rows)
+
+
 PLACEHOLDERS: Dict[str, Callable[..., str]] = {
     "one-call-gpu": one_call_gpu_table, "ttfi-gpu": ttfi_gpu_table, "model-table": model_table, "fleet": fleet_table,
-    "serving-replay": serving_replay_table,
+    "serving-replay": serving_replay_table, "ttfi-eager": ttfi_eager_table, "compile-phases": compile_phases_table,
 }
 
 
@@ -454,7 +489,7 @@ def render(doc: dict, results: Path = RESULTS, *, charts: bool = False) -> str:
                                      if (results / "benchmarks-dead-service.json").exists() else None)
     if ds:
         parts += dead_service_section(ds)
-    parts += section("serving-replay", results)
+    parts += section("serving-replay", results) + section("one-call-cost", results)
     if tg:
         parts += ["## Closing note", "",
                   "Measured against the targets:", ""]

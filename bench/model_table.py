@@ -34,9 +34,12 @@ from typing import Dict, List, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import log, service, service_source, workdir, write_json  # noqa: E402
-from harness.containers import Container  # noqa: E402
+from harness.containers import REPO, Container  # noqa: E402
 
 MODELS = "bert,gpt2,roberta,distilbert,opt,llama,t5,vit"
+#: what every row's containers get besides their own folders: ``--transformers-path`` puts that folder first on
+#: their PYTHONPATH (another transformers, e.g. 4.57 beside the venv's 5.x: ``pip install --target``)
+WORKER_ENV: Dict[str, str] = {}
 DTYPE_SUFFIX = {"fp32": "", "bf16": "-bf16", "fp16": "-fp16"}
 
 
@@ -51,7 +54,7 @@ def run_seed(work: Path, svc, model: str, mode: str, device: str) -> Dict:
     """The row's seed container: the one call on a miss (torch.compile, the package built and published)."""
     seed_ctr = Container(work / "containers", f"seed-{model}-{mode}")
     return seed_ctr.run_worker("--model", model, "--mode", mode, "--device", device, "--one-call", "--publish",
-                               timeout=1800, **svc.client_env())
+                               timeout=1800, **svc.client_env(), **WORKER_ENV)
 
 
 def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, seed: Optional[Dict] = None) -> Dict:
@@ -64,9 +67,10 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, see
     if seed is None:
         seed = run_seed(work, svc, model, mode, device)
     os.sync()  # the seed's writes flushed now, not in the middle of the next container's start
-    floor = seed_ctr.run_worker(*timed)
-    eager = Container(work / "containers", f"eager-{stem}").run_worker(*timed, "--eager")
-    restart = Container(work / "containers", f"restart-{stem}").run_worker(*timed, "--one-call", **svc.client_env())
+    floor = seed_ctr.run_worker(*timed, **WORKER_ENV)
+    eager = Container(work / "containers", f"eager-{stem}").run_worker(*timed, "--eager", **WORKER_ENV)
+    restart = Container(work / "containers", f"restart-{stem}").run_worker(*timed, "--one-call", **svc.client_env(),
+                                                                            **WORKER_ENV)
     artifact = (seed.get("publish") or {}).get("artifact") or {}
     row = {"model": model, "mode": mode, "device": device,
            "route": restart["compile"]["source"], "why": restart["compile"].get("miss_reason", ""),
@@ -77,7 +81,8 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, see
            "eager_step_ms": eager["step_ms"], "x_compiled": restart["step_ms"] / floor["step_ms"],
            "seed_first_call_s": seed["first_call_s"], "build_s": artifact.get("build_s"),
            "package_mb": (artifact.get("bytes") or 0) / 1e6 or None, "artifact": artifact.get("status") or artifact,
-           "capture_s": restart["compile"].get("capture_s"), "capture_phases": restart["compile"].get("capture_phases")}
+           "capture_s": restart["compile"].get("capture_s"), "capture_phases": restart["compile"].get("capture_phases"),
+           "transformers": restart.get("transformers"), "phases": restart["compile"].get("phases")}
     for ctr in ("seed", "eager", "restart"):
         shutil.rmtree(work / "containers" / f"{ctr}-{stem}", ignore_errors=True)
     return row
@@ -137,7 +142,12 @@ def main(argv=None) -> List[Dict]:
     p.add_argument("--parallel-seeds", type=int, default=1,
                    help="run the rows' seeds (compile, build, publish: minutes each) N at a time first, then "
                         "each row's timed containers one after another, alone on the machine")
+    p.add_argument("--transformers-path", default=None, metavar="DIR",
+                   help="a folder put first on every container's PYTHONPATH: another transformers (pip install "
+                        "--target DIR --no-deps transformers==4.57.6 huggingface_hub==0.36.2 tokenizers==0.22.2)")
     args = p.parse_args(argv)
+    if args.transformers_path:
+        WORKER_ENV["PYTHONPATH"] = f"{Path(args.transformers_path).resolve()}{os.pathsep}{REPO}"
     work = workdir(args.workdir, "bench-model-table-")
     svc_env = service_source(args.service_ref, work / "service-src")
     rows: List[Dict] = []

@@ -231,7 +231,8 @@ def model_table(results: Path, where: str) -> str:
         rows += [(_test_row(r), ", GPU test", data) for r in doc.get("gpu_test_rows", [])]
     out = []
     for r, suffix, data in rows:
-        label = model_label(r["model"]) + suffix
+        version = r.get("transformers") or ""
+        label = model_label(r["model"]) + (f" (transformers {version})" if version.startswith("4.") else "") + suffix
         if "error" in r:
             out.append([label, r["mode"], "failed: " + r["error"][:120].replace("|", "/")] + [""] * 8 + [data])
             continue

@@ -99,6 +99,39 @@ def _replaced(how: str, model, call, inputs) -> float:
         return float((call(*inputs) - model(*inputs)).abs().max())
 
 
+def _seq_range(text: str) -> dict:
+    """``MIN:MAX`` -> the one call's dynamic_shapes: one Dim on the sequence of input_ids and attention_mask."""
+    from torch.export import Dim
+
+    low, high = (int(n) for n in text.split(":"))
+    seq = Dim("seq", min=low, max=high)
+    return {"input_ids": {1: seq}, "attention_mask": {1: seq}}
+
+
+def _other_lengths(call, model, kwargs: dict, lengths: list, device: str) -> dict:
+    """Call ``call`` at each sequence length (input_ids and attention_mask cut or tiled to it): its seconds, what
+    served it (the one call's counters, when ``call`` has them) and its largest difference from eager's."""
+    import torch
+
+    out = {}
+    for n in lengths:
+        ids, mask = (kwargs[k].repeat(1, n // kwargs[k].shape[1] + 1)[:, :n].contiguous()
+                     for k in ("input_ids", "attention_mask"))
+        before = dict(getattr(call, "calls", {}))
+        with torch.no_grad():
+            t = time.perf_counter()
+            got = _leaves(call(input_ids=ids, attention_mask=mask))
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t
+            want = _leaves(model(input_ids=ids, attention_mask=mask))
+        after = dict(getattr(call, "calls", {}))
+        served = [k for k in after if after[k] > before.get(k, 0)]
+        out[str(n)] = {"seconds": seconds, "served": served,
+                       "max_abs_diff": max(float((g.float() - e.float()).abs().max()) for g, e in zip(got, want))}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mlp")
@@ -147,6 +180,12 @@ def main() -> None:
     p.add_argument("--require-hit", action="store_true", help="with --one-call: compile(..., require_hit=True)")
     p.add_argument("--eager", action="store_true", help="no compile: the model itself (the eager baseline)")
     p.add_argument("--steps", type=int, default=0, help="after the first call: time this many calls (steady state)")
+    p.add_argument("--declare-seq", default=None, metavar="MIN:MAX",
+                   help="with --one-call, a transformers text model: compile(dynamic_shapes=...) with one Dim on the "
+                        "sequence of input_ids and attention_mask, MIN..MAX")
+    p.add_argument("--also-seqs", default=None, metavar="L1,L2,...",
+                   help="after the first call, call the model at these sequence lengths (a transformers text model): "
+                        "each one's seconds, whether the package served it, and its difference from eager")
     p.add_argument("--also-batch", type=int, default=0, metavar="N",
                    help="after the first call, call once more with batch N (another shape) and compare with eager")
     p.add_argument("--scale-weights", type=float, default=None, metavar="F",
@@ -219,6 +258,8 @@ def main() -> None:
             checked = {"verify": True} if args.verify_first else {}  # only when asked: an older client lacks it
             if args.require_hit:
                 checked["require_hit"] = True
+            if args.declare_seq:
+                checked["dynamic_shapes"] = _seq_range(args.declare_seq)
             # keywords only when the model takes them: an older client's compile() has no kwargs argument
             call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
                                            client=client, publish=True if args.publish else (
@@ -254,6 +295,8 @@ def main() -> None:
             got = call(other)
             out["also_batch_s"] = time.perf_counter() - t  # the off-spec call: torch.compile, cold or from the cache
             out["also_batch_max_abs_diff"] = float((got - model(other)).abs().max())
+    if args.also_seqs:
+        out["also_seqs"] = _other_lengths(call, model, kwargs, [int(n) for n in args.also_seqs.split(",")], args.device)
     out["output_type"] = type(result).__name__  # a ModelOutput stays one through the one call
     out["transformers"] = getattr(sys.modules.get("transformers"), "__version__", None)
     if args.replace_weights:

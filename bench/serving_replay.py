@@ -2,16 +2,28 @@
 
     python bench/serving_replay.py [--model mlp] [--requests 1000] [--batches 8,1,4,16,2,32,3,64] [--device cpu]
         [--mode reduce-overhead] [--seed-jobs 8]
+    python bench/serving_replay.py --model encoder --batches 4,1,2,8,16 --seqs 32,16,64,128,8 --seed-with build
 
 A restarted process (a fresh container: own empty HOME, TMPDIR and cache dir) takes ``--requests``
 requests one at a time, their batch sizes drawn from a skewed mix (Zipf over ``--batches``, busiest
-first: most traffic on a few sizes, a tail), and records each latency. The variants, in one run:
+first: most traffic on a few sizes, a tail) and, with ``--seqs``, their sequence lengths too (dim 1 of
+the encoder's input, drawn the same way on their own), and records each latency.
+
+How the fleet learned the shapes (``--seed-with``):
+
+  packages  a one-call process of each batch size publishes its package (the mlp; what a build job would
+            build for that demand)
+  build     the loop itself: the example's package published; a fleet process serving the mix with only
+            that package (it compiles the rest) reports its usage to the service; then
+            ``cachesvc-client build harness.factories:MODEL`` reads the demand and builds what covers it
+            (exact shapes or ``Dim`` ranges: its plan says which), as a nightly build job does
+
+The variants, in one run:
 
   torch.compile   cold: compiles each new batch size on the request path
   mega-cache      the key's Mega-Cache (saved by a seed that served every size), then torch.compile
   declared        cachesvc_client.compile with only the example's package (CACHESVC_LEARNED_PACKAGES=0)
-  learned         cachesvc_client.compile after the fleet learned the sizes: a package per size
-                  (published by one-call processes of each size, as a build job would), no warm-up
+  learned         cachesvc_client.compile after the fleet learned the shapes (above), no warm-up
   learned+warm    the same, with model.warm_up() before the first request
   steady state    the torch.compile process's second pass over the same requests
 
@@ -27,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
@@ -35,15 +48,21 @@ from typing import Dict, List, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import log, percentile, table, workdir, write_json  # noqa: E402
-from harness.containers import Container  # noqa: E402
+from harness.containers import REPO, Container  # noqa: E402
 from harness.service import ServiceProcess  # noqa: E402
 
 
-def skewed(batches: List[int], n: int, seed: int = 0) -> List[int]:
-    """``n`` batch sizes, the i-th of ``batches`` drawn with weight 1/(i+1)^1.5 (Zipf-like)."""
+def skewed(values: List[int], n: int, seed: int = 0) -> List[int]:
+    """``n`` draws of ``values``, the i-th drawn with weight 1/(i+1)^1.5 (Zipf-like)."""
     rng = random.Random(seed)
-    weights = [1.0 / (i + 1) ** 1.5 for i in range(len(batches))]
-    return rng.choices(batches, weights=weights, k=n)
+    weights = [1.0 / (i + 1) ** 1.5 for i in range(len(values))]
+    return rng.choices(values, weights=weights, k=n)
+
+
+def mix(batches: List[int], seqs: List[int], n: int) -> list:
+    """The requests: batch sizes, or ``[batch, seq]`` pairs (each drawn on its own) when ``seqs`` are given."""
+    drawn = skewed(batches, n)
+    return [[b, s] for b, s in zip(drawn, skewed(seqs, n, seed=1))] if seqs else drawn
 
 
 def summary(ms: List[float]) -> Dict[str, float]:
@@ -51,23 +70,54 @@ def summary(ms: List[float]) -> Dict[str, float]:
 
 
 def seed_the_fleet(work: Path, svc: ServiceProcess, args: argparse.Namespace, batches: List[int],
-                   requests: Path) -> None:
-    """Packages of every batch size (one-call processes of each size publish, ``--seed-jobs`` at a time),
-    usage reported as they serve, and a Mega-Cache of a process that served every size."""
-    model, where = args.model, _where(args)
+                   requests: Path) -> dict:
+    """The fleet's packages (``--seed-with``), then a Mega-Cache of a process that served every shape."""
+    seeded = seed_by_building(work, svc, args, requests) if args.seed_with == "build" else \
+        seed_by_packages(work, svc, args, batches)
+    log("seed: torch.compile serves every shape once, then publishes its Mega-Cache")
+    Container(work / "seeds", "mega").run_script("replay.py", "--model", args.model, "--how", "torch-compile",
+                                                 "--requests", str(requests), "--publish-mega-cache", *_where(args),
+                                                 timeout=1800, **svc.client_env())
+    return seeded
 
+
+def seed_by_packages(work: Path, svc: ServiceProcess, args: argparse.Namespace, batches: List[int]) -> dict:
+    """A one-call process per batch size publishes its package (``--seed-jobs`` at a time); usage is reported
+    as they serve."""
     def seed(batch: int) -> dict:
         log(f"seed: the one call with batch {batch} publishes its package")
         return Container(work / "seeds", f"b{batch}").run_worker(
-            "--model", f"mlp-b{batch}" if model == "mlp" else model, "--name", model, "--one-call", "--publish",
-            "--device", args.device, "--mode", args.mode or "default", timeout=1200, **svc.client_env())
+            "--model", f"mlp-b{batch}" if args.model == "mlp" else args.model, "--name", args.model, "--one-call",
+            "--publish", "--device", args.device, "--mode", args.mode or "default", timeout=1200, **svc.client_env())
 
     with ThreadPoolExecutor(max_workers=max(1, args.seed_jobs)) as pool:
         list(pool.map(seed, batches))
-    log("seed: torch.compile serves every size once, then publishes its Mega-Cache")
-    Container(work / "seeds", "mega").run_script("replay.py", "--model", model, "--how", "torch-compile",
-                                                 "--requests", str(requests), "--publish-mega-cache", *where,
-                                                 timeout=1800, **svc.client_env())
+    return {"how": "a one-call package per batch size", "packages": len(batches)}
+
+
+def seed_by_building(work: Path, svc: ServiceProcess, args: argparse.Namespace, requests: Path) -> dict:
+    """The loop: the example's package, a fleet process that serves the mix and reports its usage, then the
+    build job on that demand. Returns the build job's outcome (its plan: exact or ranges, and why)."""
+    log("seed: the example's package, published by the one call")
+    Container(work / "seeds", "example").run_worker("--model", args.model, "--one-call", "--publish",
+                                                    "--device", args.device, "--mode", args.mode or "default",
+                                                    timeout=1200, **svc.client_env())
+    log("seed: a fleet process serves the mix with the example's package only and reports its usage")
+    fleet = Container(work / "seeds", "fleet").run_script("replay.py", "--model", args.model, "--how", "one-call",
+                                                          "--requests", str(requests), *_where(args), timeout=3600,
+                                                          CACHESVC_LEARNED_PACKAGES="0", **svc.client_env())
+    log("seed: the build job reads the demand and builds what covers it")
+    ctr = Container(work / "seeds", "build")
+    cmd = [sys.executable, "-m", "cachesvc_client.cli", "build", f"harness.factories:{args.model}", "--name",
+           args.model, "--max-packages", str(args.max_packages), "--json",
+           *(("--mode", args.mode) if args.mode else ())]
+    proc = subprocess.run(cmd, env=ctr.env(HARNESS_DEVICE=args.device, **svc.client_env()), cwd=str(REPO),
+                          capture_output=True, text=True, timeout=7200)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the build job failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    outcome = json.loads(proc.stdout)
+    return {"how": "the build job on the fleet's reported usage", "fleet_usage": fleet.get("usage"),
+            "build": outcome}
 
 
 def _where(args: argparse.Namespace) -> Sequence[str]:
@@ -88,6 +138,10 @@ def main() -> None:
     p.add_argument("--model", default="mlp")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--batches", default="8,1,4,16,2,32,3,64", help="the mix's batch sizes, busiest first")
+    p.add_argument("--seqs", default=None, help="the mix's sequence lengths, busiest first (an encoder's dim 1)")
+    p.add_argument("--seed-with", choices=("packages", "build"), default="packages",
+                   help="how the fleet learned the shapes: a package per batch size, or the build job on reported usage")
+    p.add_argument("--max-packages", type=int, default=8, help="the build job's --max-packages")
     p.add_argument("--device", default="cpu")
     p.add_argument("--mode", default=None, help="torch.compile's mode for every variant, e.g. reduce-overhead")
     p.add_argument("--seed-jobs", type=int, default=1, help="package builds of the seeds at a time")
@@ -97,11 +151,14 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     work = workdir(args.workdir, "serving-replay-")
     requests = work / "requests.json"
-    requests.write_text(json.dumps(skewed(batches, args.requests)))
-    doc = {"model": args.model, "batches": batches, "requests": args.requests, "device": args.device,
+    seqs = [int(n) for n in args.seqs.split(",")] if args.seqs else []
+    if seqs and args.seed_with != "build":
+        raise SystemExit("--seqs needs --seed-with build (a package per batch size cannot serve other lengths)")
+    requests.write_text(json.dumps(mix(batches, seqs, args.requests)))
+    doc = {"model": args.model, "batches": batches, "seqs": seqs, "requests": args.requests, "device": args.device,
            "mode": args.mode or "default", "variants": {}}
     with ServiceProcess(work / "svc") as svc:
-        seed_the_fleet(work, svc, args, batches, requests)
+        doc["seeded"] = seed_the_fleet(work, svc, args, batches, requests)
         runs = {
             "torch.compile": variant(work, svc, args, requests, "cold", "torch-compile", "--twice"),
             "mega-cache": variant(work, svc, args, requests, "mega", "mega-cache"),

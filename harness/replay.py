@@ -5,7 +5,8 @@
 ``--how``: ``torch-compile`` (cold, or whatever the container holds), ``mega-cache`` (the key's Mega-Cache
 restored and loaded, then torch.compile), ``one-call`` (cachesvc_client.compile). ``--warm-up`` (the one
 call): ``model.warm_up()`` before the first request. The requests file is a JSON list of batch sizes; each
-request is the model's example input with that batch, served one at a time (a synchronizing call on a GPU).
+request is the model's example input with that batch (or ``[batch, seq]``: an encoder's sequence too), served
+one at a time (a synchronizing call on a GPU).
 ``--twice`` replays the list again in the same process: its steady state. ``--mode``: torch.compile's mode
 (reduce-overhead: CUDA graphs on a GPU), for torch.compile and the one call alike. ``--publish-mega-cache``: after the
 replay, publish this process's Mega-Cache under the model's name (the seed of the mega-cache variant).
@@ -31,12 +32,22 @@ def _frames() -> int:
     return sum(counters["frames"].values()) if "frames" in counters else 0
 
 
-def _replay(call, inputs, batches, device: str) -> list:
+def request_input(example, request):
+    """A request's input from the example's: ``request`` is a batch size, or ``[batch, seq]`` (dim 1 cut or
+    tiled to ``seq``: an encoder's sequence)."""
+    batch, *seq = request if isinstance(request, list) else [request]
+    row = example[:1]
+    if seq:
+        row = row.repeat(1, seq[0] // row.shape[1] + 1, *([1] * (row.dim() - 2)))[:, :seq[0]]
+    return row.expand(batch, *row.shape[1:]).contiguous()
+
+
+def _replay(call, inputs, requests, device: str) -> list:
     import torch
 
     latencies = []
-    for batch in batches:
-        x = inputs[0][:1].expand(batch, *inputs[0].shape[1:]).contiguous()
+    for request in requests:
+        x = request_input(inputs[0], request)
         started = time.perf_counter()
         with torch.no_grad():
             call(x)
@@ -71,7 +82,8 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--mode", default=None, help="torch.compile's mode (both routes)")
     p.add_argument("--how", choices=["torch-compile", "mega-cache", "one-call"], required=True)
-    p.add_argument("--requests", required=True, help="a JSON file: the batch size of each request, in order")
+    p.add_argument("--requests", required=True,
+                   help="a JSON file: each request's batch size (or [batch, seq]), in order")
     p.add_argument("--warm-up", action="store_true")
     p.add_argument("--twice", action="store_true")
     p.add_argument("--publish-mega-cache", action="store_true")
@@ -88,19 +100,21 @@ def main() -> None:
     shape = shape_signature(*inputs)
     client = CacheClient()
     call, out = _start(args, client, model, inputs, name, shape)
-    batches = json.load(open(args.requests))
+    with open(args.requests) as f:
+        requests = json.load(f)
     if args.how != "one-call":  # torch.compile compiles at its first call: that is the start's, as eager's is
         with torch.no_grad():
             call(*inputs)
     out["ready_s"] = time.perf_counter() - T0
     before = _frames()
-    out["latencies_ms"] = _replay(call, inputs, batches, args.device)
+    out["latencies_ms"] = _replay(call, inputs, requests, args.device)
     out["request_path_frames"] = _frames() - before
     if args.twice:
-        out["steady_ms"] = _replay(call, inputs, batches, args.device)
+        out["steady_ms"] = _replay(call, inputs, requests, args.device)
     if args.how == "one-call":
         out["calls"] = dict(call.calls)
         out["learned"] = call.learned
+        out["usage"] = call.usage  # what it reports to the service (the build job's demand)
     if args.publish_mega_cache:
         out["published"] = client.publish_mega_cache(name + "-mega", shape).to_dict()
     print("RESULT " + json.dumps(out), flush=True)

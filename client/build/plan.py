@@ -17,11 +17,14 @@ The rule:
   when the group is dim 0 of every tensor, else ``d<dim>``. Each group's observed sizes are cut into at
   most ``max_packages`` contiguous buckets of about equal calls, so a busy size gets a narrow bucket (or
   one of its own); with several groups, a bucket at a time is added to the coarsest group while the boxes
-  (a bucket of each group) that hold shapes number at most ``max_packages``. Each box is a package: per
-  group, the range of its shapes' sizes (min..max), and as its example its busiest shape, never one with
-  a size 0 or 1 in a range (torch.export specializes those sizes: the package would serve that size
-  alone). A box of one shape (a bucket of size 1 alone, say) is an exact package. The boxes hold every
-  shape of the structure: they cover 100%.
+  (a bucket of each group) that hold shapes number at most ``max_packages``. A size 0 or 1 is always a
+  bucket of its own: torch.export and Dynamo specialize those sizes, so a range reaching down to 1 needs a
+  second trace at 1, and an AOTInductor package built for an encoder's batch 1..2 (torch 2.13) returned
+  batch 2 at batch 1: the build's check refused that end, and those calls compiled in the fleet. Each box
+  is a package: per group, the range of its shapes' sizes (min..max), and as its example its busiest
+  shape. A box of one shape is an exact package. The boxes hold every shape of the structure, so they
+  cover 100%, unless the buckets of sizes 0 and 1 alone already make more than ``max_packages`` boxes:
+  then the busiest boxes are the plan, and it says what it left out.
 - A range is declared on a top-level tensor argument only (the job says which inputs are: ``declarable``).
   Where a varying position is not one, no range can be declared: the exact plan stands, short of
   coverage, and says why.
@@ -79,7 +82,7 @@ class Plan:
     other_shapes: int = 0  # shapes of another call structure, left out
     other_calls: int = 0
     exact_needed: int = 0  # ranges: how many exact packages would have reached the coverage
-    why: str = ""  # exact short of the coverage: why no range could be declared
+    why: str = ""  # short of the coverage: why (exact: no range could be declared; ranges: the limit)
     dims: Tuple[str, ...] = ()  # ranges: the names of the varying groups, in the order of their positions
 
     @property
@@ -101,8 +104,9 @@ class Plan:
         covers = (f"{len(self.packages)} package{'' if one else 's'} cover{'s' if one else ''} "
                   f"{percent(self.share)} of {self.calls:,} calls")
         if self.kind == "ranges":
-            return (f"ranges of {', '.join(self.dims)}: {covers}; exact shapes would need {self.exact_needed} "
-                    f"for {percent(self.coverage)}")
+            short = f", short of {percent(self.coverage)}: {self.why}" if self.why else ""
+            return (f"ranges of {', '.join(self.dims)}: {covers}{short}; exact shapes would need "
+                    f"{self.exact_needed} for {percent(self.coverage)}")
         if self.why:
             return f"exact: {covers}, short of {percent(self.coverage)}: {self.why}"
         return f"exact: {covers}"
@@ -153,9 +157,11 @@ def plan(demand: Iterable[Mapping[str, Any]], example: str, *, max_packages: int
                f"there")
         return Plan("exact", tuple(Package(s.text, s.calls) for s in exact), covered=covered, why=why, **made)
     names = _names(groups, positions, base)
-    packages = _boxes(mine, groups, names, base, positions, max_packages)
-    return Plan("ranges", packages, covered=total, exact_needed=len(_busiest(mine, len(mine), coverage, total)),
-                dims=tuple(names), **made)
+    packages, left_out = _boxes(mine, groups, names, base, positions, max_packages)
+    why = (f"{left_out} more box{'es' * (left_out != 1)} of shapes would be needed: sizes 0 and 1 are packages of "
+           f"their own (torch.export specializes them); raise --max-packages") if left_out else ""
+    return Plan("ranges", packages, covered=sum(p.calls for p in packages), why=why,
+                exact_needed=len(_busiest(mine, len(mine), coverage, total)), dims=tuple(names), **made)
 
 
 # -- the shapes -------------------------------------------------------------------------------------
@@ -234,9 +240,23 @@ def _names(groups: List[Tuple[int, ...]], positions: List[Position], base: Seque
 
 
 def _cut(weights: List[Tuple[int, int]], k: int) -> List[List[int]]:
-    """``weights`` ((size, calls), by size) cut into at most ``k`` contiguous buckets of about equal calls: a
-    bucket closes once it holds its share of the calls left (over the buckets left), or when the sizes left
-    are only enough for a bucket each."""
+    """``weights`` ((size, calls), by size) cut into contiguous buckets: each size 0 or 1 alone, the others into
+    at most ``k`` less those (at least one) of about equal calls."""
+    alone = [[size] for size, _ in weights if size in SPECIALIZED]
+    rest = [(size, calls) for size, calls in weights if size not in SPECIALIZED]
+    return alone + (_cut_evenly(rest, max(1, k - len(alone))) if rest else [])
+
+
+def _minimum_buckets(sizes: Collection[int]) -> int:
+    """The fewest buckets ``_cut`` makes of these sizes: each size 0 or 1, and one for the others."""
+    alone = sum(1 for size in sizes if size in SPECIALIZED)
+    return alone + (1 if len(sizes) > alone else 0)
+
+
+def _cut_evenly(weights: List[Tuple[int, int]], k: int) -> List[List[int]]:
+    """``weights`` cut into at most ``k`` contiguous buckets of about equal calls: a bucket closes once it holds
+    its share of the calls left (over the buckets left), or when the sizes left are only enough for a bucket
+    each."""
     if len(weights) <= k:
         return [[size] for size, _ in weights]
     buckets: List[List[int]] = []
@@ -268,10 +288,11 @@ def _bucketed(mine: List[_Shape], groups: List[Tuple[int, ...]], counts: List[in
 
 
 def _box_counts(mine: List[_Shape], groups: List[Tuple[int, ...]], max_packages: int) -> List[int]:
-    """Buckets per group: one each, then one more to the coarsest group (most sizes a bucket) that keeps the
-    boxes holding shapes at ``max_packages`` or fewer, until none can take one."""
-    distinct = [len({s.sizes[g[0]] for s in mine}) for g in groups]
-    counts = [1] * len(groups)
+    """Buckets per group: the fewest each (``_minimum_buckets``), then one more to the coarsest group (most sizes
+    a bucket) that keeps the boxes holding shapes at ``max_packages`` or fewer, until none can take one."""
+    sizes = [{s.sizes[g[0]] for s in mine} for g in groups]
+    distinct = [len(found) for found in sizes]
+    counts = [_minimum_buckets(found) for found in sizes]
     while True:
         order = sorted(range(len(groups)), key=lambda g: (-distinct[g] / counts[g], g))
         for g in order:
@@ -284,10 +305,12 @@ def _box_counts(mine: List[_Shape], groups: List[Tuple[int, ...]], max_packages:
 
 
 def _boxes(mine: List[_Shape], groups: List[Tuple[int, ...]], names: List[str], base: Sequence[tuple],
-           positions: List[Position], max_packages: int) -> Tuple[Package, ...]:
+           positions: List[Position], max_packages: int) -> Tuple[Tuple[Package, ...], int]:
+    """The packages, busiest first, at most ``max_packages``; and how many boxes were left out for the limit."""
     boxes = _bucketed(mine, groups, _box_counts(mine, groups, max_packages))
-    packages = [_package(box, groups, names, base, positions) for box in boxes.values()]
-    return tuple(sorted(packages, key=lambda p: (-p.calls, p.shape)))
+    packages = sorted((_package(box, groups, names, base, positions) for box in boxes.values()),
+                      key=lambda p: (-p.calls, p.shape))
+    return tuple(packages[:max_packages]), max(0, len(packages) - max_packages)
 
 
 def _package(box: List[_Shape], groups: List[Tuple[int, ...]], names: List[str], base: Sequence[tuple],
@@ -298,21 +321,7 @@ def _package(box: List[_Shape], groups: List[Tuple[int, ...]], names: List[str],
     ranged = [j for j, (lo, hi) in enumerate(spans) if lo < hi]
     if not ranged:  # every group one size here: the box is one shape
         return Package(box[0].text, calls)
-    fits = [s for s in box if all(s.sizes[groups[j][0]] not in SPECIALIZED for j in ranged)]
-    sizes = fits[0].sizes if fits else _lifted(box, groups, ranged)
-    ranges = tuple(Range(names[j], spans[j][0], max(spans[j][1], sizes[groups[j][0]]),
-                         tuple(positions[i] for i in groups[j])) for j in ranged)
+    sizes = box[0].sizes  # the busiest: a ranged group never holds a size 0 or 1 (``_cut``)
+    ranges = tuple(Range(names[j], spans[j][0], spans[j][1], tuple(positions[i] for i in groups[j]))
+                   for j in ranged)
     return Package(_render(base, sizes), calls, ranges)
-
-
-def _lifted(box: List[_Shape], groups: List[Tuple[int, ...]], ranged: List[int]) -> Tuple[int, ...]:
-    """The box's busiest shape's sizes with each ranged size torch.export would specialize raised to the box's
-    smallest size above them (to 2 where the box has none: its range then reaches 2)."""
-    sizes = list(box[0].sizes)
-    for j in ranged:
-        g = groups[j]
-        if sizes[g[0]] in SPECIALIZED:
-            above = [s.sizes[g[0]] for s in box if s.sizes[g[0]] not in SPECIALIZED]
-            for i in g:
-                sizes[i] = min(above) if above else max(SPECIALIZED) + 1
-    return tuple(sizes)

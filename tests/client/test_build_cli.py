@@ -213,9 +213,9 @@ def test_dry_run_json_says_the_key_the_plan_and_each_packages_status(workdir, se
                                "1 shape of another call structure not covered (12 calls)"]
     rows = [(p["shape"], p["ranges"], p["calls"], p["status"], p["example"]) for p in got["packages"]]
     assert rows == [("f32[8,16]", {}, 500, "planned", True),  # the example's shape: built first, its own bucket
-                    ("f32[2,16]", {"batch": [1, 2]}, 330, "planned", False),  # 1 in a range, never its example
-                    ("f32[6,16]", {"batch": [3, 6]}, 90, "planned", False)], rows
-    assert got["packages"][1]["key"] == "f32[2,16]|dynamic=(batch:1..2,16)"  # the key the one call will publish
+                    ("f32[1,16]", {}, 300, "planned", False),  # 1 is never in a range: exact, a package of its own
+                    ("f32[6,16]", {"batch": [2, 6]}, 120, "planned", False)], rows
+    assert got["packages"][2]["key"] == "f32[6,16]|dynamic=(batch:2..6,16)"  # the key the one call will publish
     assert got["counts"] == {"built": 0, "already built": 0, "failed": 0, "not started": 0, "planned": 3}
     assert got["lines"][1] == "plan: " + plan["summary"][0] and got["lines"][-1].startswith(
         "dry run: 3 packages planned, 0 already built, 3 to build; nothing built")

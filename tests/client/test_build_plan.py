@@ -50,16 +50,19 @@ def servers(p: Plan, text: str) -> List[Package]:
 
 
 def check_ranges(p: Plan, demand: Dict[str, int], max_packages: int) -> None:
-    """A ranges plan: at most max_packages, every shape served by exactly one package, each range's example
-    in its range and never a size torch.export specializes, all calls covered."""
+    """A ranges plan: at most max_packages, every shape served by at most one package, each package's calls
+    those of the shapes it serves, no range reaching a size torch.export specializes (0 or 1); every call
+    covered unless the limit left boxes out, and then the plan says so."""
     assert p.kind == "ranges" and 1 <= len(p.packages) <= max_packages, p
     for text in demand:
-        assert len(servers(p, text)) == 1, (text, [pkg.describe() for pkg in servers(p, text)])
+        assert len(servers(p, text)) <= 1, (text, [pkg.describe() for pkg in servers(p, text)])
     for pkg in p.packages:
         assert served(pkg, pkg.shape), pkg
+        assert pkg.calls == sum(n for text, n in demand.items() if served(pkg, text)), pkg
         for r in pkg.ranges:
-            assert r.lo < r.hi and sizes(pkg.shape)[r.positions[0]] not in SPECIALIZED, pkg.describe()
-    assert p.covered == p.calls == sum(demand.values())
+            assert r.lo < r.hi and r.lo not in SPECIALIZED, pkg.describe()
+    assert p.calls == sum(demand.values()) and p.covered == sum(pkg.calls for pkg in p.packages)
+    assert (p.covered == p.calls) != bool(p.why), p
     assert [pkg.calls for pkg in p.packages] == sorted((pkg.calls for pkg in p.packages), reverse=True)
 
 
@@ -96,23 +99,36 @@ def test_a_busy_size_is_its_packages_example():
     assert home.shape == "f32[32,256]"
 
 
-def test_a_bucket_of_size_1_alone_is_an_exact_package_and_1_is_never_a_ranges_example():
+def test_sizes_0_and_1_are_never_in_a_range_each_is_a_package_of_its_own():
+    """torch.export and Dynamo specialize sizes 0 and 1: a range reaching down to 1 needs a trace of its own
+    there, and an AOTInductor package of an encoder built for batch 1..2 returned batch 2 at batch 1 (the
+    build's check refused that end, so the fleet compiled batch 1). Each is an exact bucket instead."""
     demand = {"f32[1,256]": 4000, **{f"f32[{b},256]": 50 for b in range(2, 65)}}
     p = plan(rows(demand), MLP)
     check_ranges(p, demand, 8)
     assert p.packages[0] == Package("f32[1,256]", 4000)  # the busiest, on its own: exact
 
-    light = {"f32[1,256]": 150, "f32[2,256]": 100, "f32[3,256]": 90}  # one bucket, its busiest size 1
+    light = {"f32[1,256]": 150, "f32[2,256]": 100, "f32[3,256]": 90}
+    p = plan(rows(light), MLP, max_packages=2)
+    check_ranges(p, light, 2)
+    assert [pkg.describe() for pkg in p.packages] == ["f32[2,256] with batch 2..3", "f32[1,256]"]
+    two = {f"f32[{b},{s}]": 10 for b in (1, 2, 4) for s in (1, 8, 16)}  # 1 in both groups
+    p = plan(rows(two), "f32[4,8]", max_packages=4)
+    check_ranges(p, two, 4)
+    assert p.covered == p.calls and sorted(pkg.describe() for pkg in p.packages) == [
+        "f32[1,16] with d1 8..16", "f32[1,1]", "f32[2,16] with batch 2..4, d1 8..16", "f32[2,1] with batch 2..4"]
+
+
+def test_a_limit_below_the_buckets_of_0_and_1_keeps_the_busiest_boxes_and_says_so():
+    light = {"f32[1,256]": 150, "f32[2,256]": 100, "f32[3,256]": 90}
     p = plan(rows(light), MLP, max_packages=1)
-    (only,) = p.packages
-    assert only.describe() == "f32[2,256] with batch 1..3"  # the busiest size that is not 1
-
-
-def test_a_range_of_0_and_1_alone_gets_an_example_of_2():
+    check_ranges(p, light, 1)
+    assert [pkg.describe() for pkg in p.packages] == ["f32[2,256] with batch 2..3"] and p.covered == 190
+    assert p.summary() == ["ranges of batch: 1 package covers 55.8% of 340 calls, short of 99%: 1 more box of "
+                           "shapes would be needed: sizes 0 and 1 are packages of their own (torch.export "
+                           "specializes them); raise --max-packages; exact shapes would need 3 for 99%"]
     p = plan(rows({"f32[0,256]": 5, "f32[1,256]": 9}), MLP, max_packages=1)
-    (only,) = p.packages
-    assert only.shape == "f32[2,256]" and (only.ranges[0].lo, only.ranges[0].hi) == (0, 2)
-    assert served(only, "f32[0,256]") and served(only, "f32[1,256]")
+    assert [pkg.describe() for pkg in p.packages] == ["f32[1,256]"] and (p.covered, p.calls) == (9, 14)
 
 
 def test_shapes_of_another_call_structure_are_left_out_and_counted():

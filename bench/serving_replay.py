@@ -179,7 +179,7 @@ def summarize(runs: Dict[str, dict], doc: dict) -> List[list]:
         s = summary(run["latencies_ms"])
         own = summary(run["steady_ms"]) if run.get("steady_ms") else None
         doc["variants"][name] = {**s, "ready_s": run["ready_s"], "request_path_frames": run["request_path_frames"],
-                                 "calls": run.get("calls"), "warmed": run.get("warmed"),
+                                 "calls": run.get("calls"), "warmed": run.get("warmed"), "fell_back": run.get("fell_back"),
                                  "own_steady": own}
         rows.append([name, round(run["ready_s"], 2), *(round(s[k], 2) for k in ("p50", "p95", "p99", "max")),
                      run["request_path_frames"], round(s["p99"] / steady["p99"], 2),

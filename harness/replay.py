@@ -35,11 +35,15 @@ def _frames() -> int:
 def request_input(example, request):
     """A request's input from the example's: ``request`` is a batch size, or ``[batch, seq]`` (dim 1 cut or
     tiled to ``seq``: an encoder's sequence)."""
+    import torch
+
     batch, *seq = request if isinstance(request, list) else [request]
     row = example[:1]
     if seq:
         row = row.repeat(1, seq[0] // row.shape[1] + 1, *([1] * (row.dim() - 2)))[:, :seq[0]]
-    return row.expand(batch, *row.shape[1:]).contiguous()
+    # a fresh tensor, as a request's collate makes: a view's stride on a dim of size 1 (the row's) is not the
+    # contiguous one, and .contiguous() keeps it (the package's guards compare strides)
+    return torch.empty((batch, *row.shape[1:]), dtype=row.dtype, device=row.device).copy_(row.expand(batch, *row.shape[1:]))
 
 
 def _replay(call, inputs, requests, device: str) -> list:
@@ -115,6 +119,7 @@ def main() -> None:
         out["calls"] = dict(call.calls)
         out["learned"] = call.learned
         out["usage"] = call.usage  # what it reports to the service (the build job's demand)
+        out["fell_back"] = list(call.calls.causes)  # why calls went to torch.compile, each cause once
     if args.publish_mega_cache:
         out["published"] = client.publish_mega_cache(name + "-mega", shape).to_dict()
     print("RESULT " + json.dumps(out), flush=True)

@@ -120,6 +120,27 @@ def test_an_installed_librarys_code_is_keyed_by_its_version_not_followed():
     assert identity._versions("yaml") == f"PyYAML=={importlib.metadata.version('PyYAML')}"
 
 
+def test_a_namespace_packages_distributions_are_found_by_their_names_not_by_reading_every_one(tmp_path, monkeypatch):
+    """``opentelemetry`` is declared by opentelemetry-api, -sdk...: no distribution has its name. They are found
+    among the .dist-info folders named after it; every installed distribution's metadata is read only when
+    none is (packages_distributions: 0.19 s of a transformers 4.57 model's key)."""
+    for dist, version in (("nsdemo_api", "1.0"), ("nsdemo_sdk", "2.1"), ("nsdemox", "9.9")):
+        meta = tmp_path / f"{dist}-{version}.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
+        (meta / "top_level.txt").write_text("nsdemo\n" if dist != "nsdemox" else "nsdemox\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    identity._versions.cache_clear()
+    monkeypatch.setattr(identity, "_distributions", lambda: pytest.fail("read every distribution's metadata"))
+    try:
+        assert identity._versions("nsdemo") == "nsdemo-api==1.0,nsdemo-sdk==2.1"
+    finally:
+        identity._versions.cache_clear()
+    monkeypatch.setattr(identity, "_distributions", lambda: {"nsother": ["nsother-dist"]})
+    assert identity._versions("nsother") == "nsother-dist==?"  # no name like it: every distribution, as before
+    identity._versions.cache_clear()
+
+
 def test_another_setting_is_another_config_key():
     base, changed = keys(tiny()), keys(tiny(slope=0.9))  # LeakyReLU(0.01) -> LeakyReLU(0.9)
     assert changed[:2] == base[:2] and changed[2] != base[2]

@@ -12,6 +12,10 @@ from typing import Dict, Optional
 import requests
 
 
+#: ports tried in turn when another process takes the one picked before `cachesvc serve` binds it
+PORT_TRIES = 3
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,6 +64,20 @@ class ServiceProcess:
                 raise RuntimeError(f"cachesvc token create failed ({made.returncode}):\n{made.stderr[-3000:]}")
             self.token = made.stdout.strip().splitlines()[-1]
         self.log_path = self.data_dir / "service.log"
+        for _ in range(PORT_TRIES):
+            if self._serve(env, timeout):
+                if self.token:  # clients started from here publish with it (see the class docstring)
+                    self._saved_token = os.environ.get("CACHESVC_TOKEN")
+                    os.environ["CACHESVC_TOKEN"] = self.token
+                return self
+            self.port = free_port()  # another process took the port between its pick and the bind
+            self.url = f"http://127.0.0.1:{self.port}"
+        raise RuntimeError(f"cachesvc serve found its port taken {PORT_TRIES} times:\n{self.log_path.read_text()[-3000:]}")
+
+    def _serve(self, env: Dict[str, str], timeout: float) -> bool:
+        """Start `cachesvc serve` on ``self.port``; True once it answers, False when what answers there is
+        another service (the port was free when picked, seconds before the bind: another test's service
+        can take it meanwhile, and answer /healthz for ours, which then fails to bind)."""
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [self.python, "-m", "cachesvc.cli", "serve", "--port", str(self.port), "--workers", str(self.workers)],
@@ -70,15 +88,24 @@ class ServiceProcess:
                 raise RuntimeError(f"cachesvc serve exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
             try:
                 if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    if self.token:  # clients started from here publish with it (see the class docstring)
-                        self._saved_token = os.environ.get("CACHESVC_TOKEN")
-                        os.environ["CACHESVC_TOKEN"] = self.token
-                    return self
+                    if self._answers_as_ours():
+                        return True
+                    self._end_process()
+                    return False
             except requests.RequestException:
                 pass
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"cachesvc serve did not answer within {timeout} s:\n{self.log_path.read_text()[-3000:]}")
+
+    def _answers_as_ours(self) -> bool:
+        """Whether the service on the port is this one: it knows the write token made in its database (without
+        one, nothing tells them apart)."""
+        if not self.token:
+            return True
+        got = requests.get(self.url + "/api/v1/entries", headers={"Authorization": f"Bearer {self.token}"},
+                           timeout=10)
+        return got.status_code != 401
 
     def stop(self) -> None:
         if self.token and os.environ.get("CACHESVC_TOKEN") == self.token:
@@ -87,6 +114,9 @@ class ServiceProcess:
                 os.environ.pop("CACHESVC_TOKEN", None)
             else:
                 os.environ["CACHESVC_TOKEN"] = saved
+        self._end_process()
+
+    def _end_process(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -19,3 +19,20 @@ def test_a_container_keeps_the_runs_isa_choice_and_drops_the_machines_other_sett
     assert own["TORCHINDUCTOR_VEC_ISA_OK"] == "1" and "TORCHINDUCTOR_FX_GRAPH_CACHE" not in own
     monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK")
     assert "TORCHINDUCTOR_VEC_ISA_OK" not in Container(tmp_path, "bench").env()  # unset stays unset: probes run
+
+
+def test_a_service_whose_port_another_service_took_starts_on_another_port(tmp_path):
+    """The port is picked seconds before `cachesvc serve` binds it (the write token is made first), so another
+    test's service can take it: that one then answered /healthz for ours, which failed to bind, and clients
+    got 401 for a token it never made (CI, 2026-12-04). The harness now checks that the service answering
+    knows its token, and starts again on another port."""
+    import requests
+
+    from harness.service import ServiceProcess
+
+    with ServiceProcess(tmp_path / "first") as first:
+        with ServiceProcess(tmp_path / "second", port=first.port) as second:
+            assert second.port != first.port and second.proc.poll() is None
+            got = requests.get(second.url + "/api/v1/entries", headers={"Authorization": f"Bearer {second.token}"},
+                               timeout=10)
+            assert got.status_code == 200, got.text

@@ -8,17 +8,19 @@ be running long after the other workers had finished. Handing out the longest mo
 
 The cost of a module (or test class: xdist's scope) is its seconds of setup, call and teardown in a
 measured run, kept in ``tests/durations.json`` and refreshed from CI's report with
-``python tests/scheduling.py test-reports/junit-suite.xml``. A module the table does not name yet
-is costed at the table's median seconds a test, times its number of tests. The table only orders the
-work: a stale one costs time, never a test.
+``python tests/scheduling.py test-reports/junit-suite.xml``. A module the table does not name yet goes
+out with the costliest: a new module is as likely to be a one-test e2e build of 80 s as a quick one,
+and the first kind handed out last ran alone for its whole length after every other worker had finished
+(the build job's module, 2026-12-05: costed at a median test's second, it went out last); a quick one
+handed out first costs the others its few seconds. The table only orders the work: a stale one costs
+time, never a test.
 """
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 TABLE = Path(__file__).with_name("durations.json")
 
@@ -41,44 +43,36 @@ def make_scheduler(config, log):
             # nothing has been sent to a worker yet: reorder it once, here.
             if not self._ordered:
                 self._ordered = True
-                costs, per_test = self._costs()
                 queue = dict(self.workqueue)
                 self.workqueue.clear()
-                for scope in sorted(queue, key=lambda sc: -costs.get(sc, per_test * len(queue[sc]))):
+                for scope in longest_first({sc: len(tests) for sc, tests in queue.items()}, load_costs()):
                     self.workqueue[scope] = queue[scope]
             super()._assign_work_unit(node)
-
-        @staticmethod
-        def _costs():
-            costs = load_costs()
-            tests = _test_counts()
-            rates = [costs[m] / tests[m] for m in costs if tests.get(m)]
-            return costs, statistics.median(rates) if rates else 1.0
 
     return LongestFirst(config, log)
 
 
-def _test_counts() -> Dict[str, int]:
-    try:
-        return {str(k): int(v) for k, v in json.loads(TABLE.read_text())["tests"].items()}
-    except (OSError, ValueError, KeyError, AttributeError, TypeError):
-        return {}
+def longest_first(scopes: Dict[str, int], costs: Dict[str, float]) -> List[str]:
+    """``scopes`` (scope -> its number of tests) in the order to hand them out: the scopes the table
+    does not name first (the most tests first), then the known ones, the costliest first."""
+    unknown = sorted((sc for sc in scopes if sc not in costs), key=lambda sc: -scopes[sc])
+    known = sorted((sc for sc in scopes if sc in costs), key=lambda sc: -costs[sc])
+    return unknown + known
 
 
 def table_from_junit(junit: Path) -> dict:
-    """{"modules": path -> seconds, "tests": path -> count} from a JUnit XML report of the suite."""
+    """{"modules": scope -> seconds} from a JUnit XML report of the suite (a scope: a module, or a test
+    class, as xdist names it)."""
     import xml.etree.ElementTree as ET
 
     seconds: Dict[str, float] = {}
-    counts: Dict[str, int] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         parts = (case.get("classname") or "").split(".")
         cut = next((i for i, p in enumerate(parts) if p[:1].isupper()), len(parts))  # test classes follow
         module = "::".join(["/".join(parts[:cut]) + ".py", *parts[cut:]])  # the scope, as xdist names it
         seconds[module] = seconds.get(module, 0.0) + float(case.get("time") or 0)
-        counts[module] = counts.get(module, 0) + 1
     order = sorted(seconds, key=lambda m: -seconds[m])
-    return {"modules": {m: round(seconds[m], 1) for m in order}, "tests": {m: counts[m] for m in order}}
+    return {"modules": {m: round(seconds[m], 1) for m in order}}
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import calls, shapes, support
 from .slot import Slot, open_slot
 from .. import settings
+from ..process.exits import at_exit
 
 log = logging.getLogger("cachesvc_client")
 
@@ -44,6 +45,10 @@ def learned_limit() -> int:
 #: how long a call waits for the listing (one small GET), and for its shape's package to be fetched
 LIST_WAIT_S = 10.0
 LOAD_WAIT_S = 60.0
+#: how long an exiting process waits for the package being opened. The interpreter must not finalize while
+#: the background thread is inside AOTInductor's loader: that aborted a fleet process after its last output
+#: ("terminate called without an active exception", exit -6; CI, 2026-12-05). A package opens in seconds.
+AT_EXIT_S = 30.0
 
 
 class Learned:
@@ -58,12 +63,23 @@ class Learned:
         self.skipped: Dict[str, str] = {}
         self.seconds: Optional[float] = None
         self._pending: List[Tuple[str, calls.CallSpec, threading.Event]] = []
-        self._listed, self._done = threading.Event(), threading.Event()
+        self._listed, self._done, self._stopping = threading.Event(), threading.Event(), threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"cachesvc-learned-{compiled.name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        at_exit(self._stop_at_exit)
+
+    def _stop_at_exit(self) -> None:
+        """At interpreter exit: open no more packages, and let the one being opened finish (a short-lived
+        process's exit is not a fault: said at debug level only)."""
+        self._stopping.set()
+        if not self._thread.is_alive():
+            return
+        self._thread.join(AT_EXIT_S)
+        log.debug("cachesvc compile %s: the process exited while learned packages were being opened; %s",
+                  self.compiled.name, "still opening one" if self._thread.is_alive() else "stopped")
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until every listed package was fetched and opened (or skipped); False on timeout."""
@@ -116,7 +132,10 @@ class Learned:
         try:
             for shape, spec, loaded in self._pending:
                 try:
-                    self._open(shape, spec)
+                    if self._stopping.is_set():
+                        self.skipped[shape] = "the process exited first"
+                    else:
+                        self._open(shape, spec)
                 finally:
                     loaded.set()
         finally:
@@ -182,6 +201,9 @@ class Learned:
         report = c.client.restore(c.name, shape, c.tags, kind=support.KIND, require_hit=False)
         if not report.hit:
             self.skipped[shape] = report.reason or "no package"
+            return
+        if self._stopping.is_set():  # fetched as the process exits: not opened, as a load must not be cut short
+            self.skipped[shape] = "the process exited first"
             return
         slot, why = open_slot(shape, report, c.model, spec, c.device, c.cuda_graph)
         if slot is None:

@@ -103,3 +103,62 @@ def test_the_services_answers_are_read_defensively():
     assert demand_rows({"items": "nope"}, tags) == [] and demand_rows([], None) == []
     assert package_shapes({"entries": [{"shape": "f32[1,4]"}, {"shape": 3}, 7]}) == ["f32[1,4]"]
     assert package_shapes({"entries": None}) == [] and package_shapes("x") == []
+
+
+EXITS_WHILE_OPENING = '''
+import sys, time
+from pathlib import Path
+
+import torch
+from cachesvc_client.one_call import learned, shapes
+
+log = Path(sys.argv[1])
+
+
+class Client:
+    def packages(self, name, tags):
+        return ["f32[2,16]", "f32[3,16]"]
+
+    def demand(self, name, tags):
+        return []
+
+    def restore(self, *args, **kwargs):
+        return type("Report", (), {"hit": True, "reason": ""})()
+
+
+class Compiled:
+    model = torch.nn.Linear(16, 2).eval()
+    args, call_kwargs, name, tags, device, cuda_graph, client = (torch.randn(4, 16),), {}, "m", {}, "cpu", False, Client()
+    shape = shapes.signature(args, {})
+
+
+def open_slot(shape, *rest):  # AOTInductor's loader, in the background thread, slower than the process
+    with log.open("a") as f:
+        f.write(f"opening {shape}\\n")
+    time.sleep(1.5)
+    with log.open("a") as f:
+        f.write(f"opened {shape}\\n")
+    return None, "not this test's package"
+
+
+learned.open_slot = open_slot
+found = learned.Learned(Compiled(), limit=16)
+found.start()
+while not log.exists():
+    time.sleep(0.01)
+print("exiting", flush=True)  # the process's last output, with the first package still being opened
+'''
+
+
+def test_a_process_that_exits_while_a_learned_package_opens_waits_for_it_and_opens_no_more(tmp_path):
+    """The interpreter must not finalize under AOTInductor's loader: a fleet process exited -6 ("terminate
+    called without an active exception") after its last output while its learned packages were opening."""
+    import subprocess
+    import sys
+
+    script, log = tmp_path / "exits.py", tmp_path / "opened.log"
+    script.write_text(EXITS_WHILE_OPENING)
+    done = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "exiting\n", done.stderr[-3000:]
+    assert log.read_text().splitlines() == ["opening f32[2,16]", "opened f32[2,16]"]  # finished; the next not begun
+    assert "cachesvc" not in done.stderr, done.stderr  # a short-lived process's exit is not a fault: silent

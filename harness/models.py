@@ -27,9 +27,22 @@ def signature(name: str) -> str:
     return f"f32[{','.join(str(d) for d in input_dims(name))}]"
 
 
+def same_threads() -> None:
+    """Every harness process that builds a model (a worker, a replay, a build job's factory) runs with the same
+    number of intra-op threads, as one container image does: torch.compile guards ``torch.get_num_threads()``
+    (Dynamo's GLOBAL_STATE), so a package built with 4 threads is refused, rightly, by a process running 16.
+    On the H200's 16 cores a replay that left torch's default was refused every seed's package (2026-12-05)."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+
+
 def build_call(name: str, device: str = "cpu"):
     """Return (model, args, kwargs): how ``name`` is called (transformers' models take keyword arguments)."""
     if hf_models.is_hf(name):
+        same_threads()
         return hf_models.build(name, device)
     model, inputs = build(name, device)
     return model, inputs, {}
@@ -44,6 +57,7 @@ def build(name: str, device: str = "cpu"):
     from torch import nn
 
     dims = input_dims(name)
+    same_threads()
     torch.manual_seed(0)
     # The fused eval fast path of nn.TransformerEncoder is one opaque kernel: Inductor would
     # have nothing to compile. Off, the encoder compiles (and autotunes) like a real model.

@@ -211,7 +211,6 @@ def main() -> None:
         early = client.start_restore(name, signature(args.model), tags)  # overlaps import torch + build
     import torch
 
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     model, inputs, kwargs = build_call(args.model, args.device)
     if args.scale_weights is not None:
         with torch.no_grad():

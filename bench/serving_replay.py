@@ -159,13 +159,18 @@ def main() -> None:
            "mode": args.mode or "default", "variants": {}}
     with ServiceProcess(work / "svc") as svc:
         doc["seeded"] = seed_the_fleet(work, svc, args, batches, requests)
-        runs = {
-            "torch.compile": variant(work, svc, args, requests, "cold", "torch-compile", "--twice"),
-            "mega-cache": variant(work, svc, args, requests, "mega", "mega-cache"),
-            "declared": variant(work, svc, args, requests, "declared", "one-call", CACHESVC_LEARNED_PACKAGES="0"),
-            "learned": variant(work, svc, args, requests, "learned", "one-call", "--twice"),
-            "learned+warm": variant(work, svc, args, requests, "warm", "one-call", "--warm-up", "--twice"),
+        plan = {
+            "torch.compile": ("cold", "torch-compile", ("--twice",), {}),
+            "mega-cache": ("mega", "mega-cache", (), {}),
+            "declared": ("declared", "one-call", (), {"CACHESVC_LEARNED_PACKAGES": "0"}),
+            "learned": ("learned", "one-call", ("--twice",), {}),
+            "learned+warm": ("warm", "one-call", ("--warm-up", "--twice"), {}),
         }
+        runs = {}
+        for name, (stem, how, flags, env) in plan.items():
+            runs[name] = variant(work, svc, args, requests, stem, how, *flags, **env)
+            # Each variant's raw run as it ends: a run cut short (a device command's limit) keeps what it measured.
+            write_json(Path(args.out), {**doc, "partial": runs})
     rows = summarize(runs, doc)
     print(table(["variant", "ready s", "p50 ms", "p95 ms", "p99 ms", "max ms", "compiles", "p99 / steady",
                  "p99 / own steady"], rows))
@@ -180,7 +185,7 @@ def summarize(runs: Dict[str, dict], doc: dict) -> List[list]:
         own = summary(run["steady_ms"]) if run.get("steady_ms") else None
         doc["variants"][name] = {**s, "ready_s": run["ready_s"], "request_path_frames": run["request_path_frames"],
                                  "calls": run.get("calls"), "warmed": run.get("warmed"), "fell_back": run.get("fell_back"),
-                                 "own_steady": own}
+                                 "own_steady": own, "latencies_ms": [round(x, 4) for x in run["latencies_ms"]]}
         rows.append([name, round(run["ready_s"], 2), *(round(s[k], 2) for k in ("p50", "p95", "p99", "max")),
                      run["request_path_frames"], round(s["p99"] / steady["p99"], 2),
                      round(s["p99"] / own["p99"], 2) if own else "-"])

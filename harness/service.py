@@ -57,12 +57,7 @@ class ServiceProcess:
         env.update(CACHESVC_DATA_DIR=str(self.data_dir), PYTHONUNBUFFERED="1", **self.extra_env)
         if self.write_token and not self.token:
             # token names are unique in a database: services that share one each make their own
-            made = subprocess.run([self.python, "-m", "cachesvc.cli", "token", "create", "--scope", "write",
-                                   "--name", f"demo-{self.port}"], env=env, cwd=self.data_dir, capture_output=True,
-                                  text=True, timeout=120)
-            if made.returncode != 0:
-                raise RuntimeError(f"cachesvc token create failed ({made.returncode}):\n{made.stderr[-3000:]}")
-            self.token = made.stdout.strip().splitlines()[-1]
+            self.token = self._create_token(env, f"demo-{self.port}")
         self.log_path = self.data_dir / "service.log"
         for _ in range(PORT_TRIES):
             if self._serve(env, timeout):
@@ -73,6 +68,28 @@ class ServiceProcess:
             self.port = free_port()  # another process took the port between its pick and the bind
             self.url = f"http://127.0.0.1:{self.port}"
         raise RuntimeError(f"cachesvc serve found its port taken {PORT_TRIES} times:\n{self.log_path.read_text()[-3000:]}")
+
+    def _create_token(self, env: Dict[str, str], name: str) -> str:
+        """A write token in the service's database: ``cachesvc token create``'s own code, in this process when
+        the service runs this interpreter (it saves a Python start and the server's imports per service), as
+        the command otherwise (another venv's cachesvc: the installed wheel's tests)."""
+        if self.python == sys.executable:
+            from cachesvc import config
+            from cachesvc.cli.direct import DirectAdmin
+
+            try:
+                admin = DirectAdmin(config.load(environ=env), create=True)
+                try:
+                    return admin.create_token(name, "write")["token"]
+                finally:
+                    admin.close()
+            except (Exception, SystemExit) as exc:  # the command's failures: one line, and SettingsError exits
+                raise RuntimeError(f"cachesvc token create failed: {exc}") from exc
+        made = subprocess.run([self.python, "-m", "cachesvc.cli", "token", "create", "--scope", "write",
+                               "--name", name], env=env, cwd=self.data_dir, capture_output=True, text=True, timeout=120)
+        if made.returncode != 0:
+            raise RuntimeError(f"cachesvc token create failed ({made.returncode}):\n{made.stderr[-3000:]}")
+        return made.stdout.strip().splitlines()[-1]
 
     def _serve(self, env: Dict[str, str], timeout: float) -> bool:
         """Start `cachesvc serve` on ``self.port``; True once it answers, False when what answers there is

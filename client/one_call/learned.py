@@ -45,6 +45,8 @@ def learned_limit() -> int:
 #: how long a call waits for the listing (one small GET), and for its shape's package to be fetched
 LIST_WAIT_S = 10.0
 LOAD_WAIT_S = 60.0
+#: calls' shape tokens remembered with the learned package that served them (dispatch without a walk)
+ROUTES_KEPT = 1024
 #: how long an exiting process waits for the package being opened. The interpreter must not finalize while
 #: the background thread is inside AOTInductor's loader: that aborted a fleet process after its last output
 #: ("terminate called without an active exception", exit -6; CI, 2026-12-05). A package opens in seconds.
@@ -63,6 +65,8 @@ class Learned:
         self.skipped: Dict[str, str] = {}
         self.seconds: Optional[float] = None
         self._pending: List[Tuple[str, calls.CallSpec, threading.Event]] = []
+        #: a call's shape token (route_token) -> the slot that served it last: checked first, alone
+        self._routes: Dict[tuple, Slot] = {}
         self._listed, self._done, self._stopping = threading.Event(), threading.Event(), threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"cachesvc-learned-{compiled.name}", daemon=True)
@@ -88,7 +92,7 @@ class Learned:
     def find(self, args: tuple, kwargs: dict) -> Optional[Tuple[Slot, List[Any]]]:
         """The learned package that serves this call and the call's tensors, or None."""
         c = self.compiled
-        if not self._listed.wait(LIST_WAIT_S):
+        if not self._listed.is_set() and not self._listed.wait(LIST_WAIT_S):
             return None
         served = self._serving(args, kwargs)
         if served is None:
@@ -107,16 +111,38 @@ class Learned:
                 "seconds": self.seconds, "done": self._done.is_set()}
 
     def _serving(self, args: tuple, kwargs: dict) -> Optional[Tuple[Slot, List[Any]]]:
-        c = self.compiled
+        """The first package that serves the call. A call shaped like an earlier one tries that one's
+        package first, alone: the walk checks every package's spec in turn, and a shape late in the list
+        paid tens of microseconds a call for it (the H200 replay's tail). The remembered package still
+        runs every check; one that refuses sends the call on the walk."""
+        token = route_token(args, kwargs)
+        known = self._routes.get(token) if token is not None else None
+        if known is not None:
+            served = self._refused_or_served(known, args, kwargs)
+            if served is not None:
+                return served
         with self._lock:
             slots = list(self.slots)
         for slot in slots:
-            why, _, flat = slot.refusal(args, kwargs, c.model, c.name)
-            if why is None:
-                return slot, flat
-            if slot.dead:
-                with self._lock:
-                    self.slots = [s for s in self.slots if s is not slot]
+            if slot is known:
+                continue
+            served = self._refused_or_served(slot, args, kwargs)
+            if served is not None:
+                if token is not None:
+                    if len(self._routes) >= ROUTES_KEPT:
+                        self._routes.clear()
+                    self._routes[token] = slot
+                return served
+        return None
+
+    def _refused_or_served(self, slot: Slot, args: tuple, kwargs: dict) -> Optional[Tuple[Slot, List[Any]]]:
+        why, _, flat = slot.refusal(args, kwargs, self.compiled.model, self.compiled.name)
+        if why is None:
+            return slot, flat
+        if slot.dead:
+            with self._lock:
+                self.slots = [s for s in self.slots if s is not slot]
+            self._routes = {t: s for t, s in self._routes.items() if s is not slot}
         return None
 
     # -- the background thread ---------------------------------------------------------------------------
@@ -212,6 +238,18 @@ class Learned:
             return
         with self._lock:
             self.slots.append(slot)
+
+
+def route_token(args: tuple, kwargs: dict) -> Optional[tuple]:
+    """The shapes of a call's top-level tensors (and other arguments' types): which package served a call
+    like it decides which is asked first. None where a nested argument hides tensors (the walk decides)."""
+    token = []
+    for value in (*args, *kwargs.values()):
+        shape = getattr(value, "shape", None)
+        if shape is None and isinstance(value, (list, tuple, dict)):
+            return None
+        token.append(shape if shape is not None else type(value))
+    return (*token, *kwargs) if kwargs else tuple(token)
 
 
 def _covers(spec: calls.CallSpec, shape: str) -> bool:

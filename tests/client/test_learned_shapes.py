@@ -162,3 +162,89 @@ def test_a_process_that_exits_while_a_learned_package_opens_waits_for_it_and_ope
     assert done.returncode == 0 and done.stdout == "exiting\n", done.stderr[-3000:]
     assert log.read_text().splitlines() == ["opening f32[2,16]", "opened f32[2,16]"]  # finished; the next not begun
     assert "cachesvc" not in done.stderr, done.stderr  # a short-lived process's exit is not a fault: silent
+
+
+class CountingSlot:
+    """A learned package's slot as Learned dispatches to it: its spec's own check, counted (the real
+    Slot adds its proof's guards and the live tensors; ``refuse`` stands for either failing)."""
+
+    def __init__(self, spec):
+        self.spec, self.asked, self.dead, self.refuse = spec, 0, False, ""
+
+    def refusal(self, args, kwargs, model, name):
+        self.asked += 1
+        why = self.spec.mismatch(args, kwargs, model) or self.refuse or None
+        return why, why is None, self.spec.flat(args, kwargs) if why is None else None
+
+
+def learned_slots(batches):
+    learned = learned_of(torch.nn.Linear(16, 2).eval(), (torch.randn(4, 16),))
+    learned.slots = [CountingSlot(learned._spec(f"f32[{b},16]")[0]) for b in batches]
+    learned._listed.set()
+    return learned
+
+
+def walked(learned, x):
+    """The answer without memory: the first slot in order whose spec serves the call."""
+    return next((s for s in learned.slots if s.spec.mismatch((x,), {}, learned.compiled.model) is None
+                 and not s.refuse and not s.dead), None)
+
+
+def test_a_shape_served_before_asks_only_its_own_package_again():
+    """The H200 replay's tail: a shape late in the list checked every package before it on every call."""
+    batches = [1, 4, 16, 2, 32, 3, 64]
+    learned = learned_slots(batches)
+    x = torch.randn(64, 16)
+    slot, flat = learned.find((x,), {})
+    assert slot is learned.slots[-1] and flat[0] is x and [s.asked for s in learned.slots] == [1] * 7
+    for _ in range(5):
+        assert learned.find((x,), {})[0] is slot
+    assert [s.asked for s in learned.slots] == [1] * 6 + [6]  # the others were not asked again
+    assert learned.find((torch.randn(5, 16),), {}) is None  # no package: every one asked, nothing remembered
+
+
+def test_a_remembered_package_that_refuses_sends_the_call_on_the_walk():
+    learned = learned_slots([2, 8])
+    ranged, _ = learned._spec("f32[2,16]|dynamic=(batch:2..64,16)")
+    learned.slots.append(CountingSlot(ranged))
+    x = torch.randn(8, 16)
+    assert learned.find((x,), {})[0] is learned.slots[1]
+    learned.slots[1].refuse = "the package's guards fail for this call"
+    assert learned.find((x,), {})[0] is learned.slots[2]  # the range serves it now
+    learned.slots[1].refuse, learned.slots[2].dead = "", True  # a dead package is dropped, remembered or not
+    learned.slots[2].refuse = "the model's tensors were replaced"
+    assert learned.find((torch.randn(30, 16),), {}) is None and len(learned.slots) == 2
+    assert learned.find((x,), {})[0] is learned.slots[1]
+
+
+def serves(learned, slot, x):
+    return slot in learned.slots and slot.spec.mismatch((x,), {}, learned.compiled.model) is None \
+        and not slot.refuse and not slot.dead
+
+
+def test_dispatch_with_memory_serves_exactly_the_calls_the_walk_serves_for_any_sequence_of_calls():
+    """A property over random sequences: calls of random shapes, packages refusing and recovering at random.
+    A package is served only where it serves the call; a call goes to torch.compile only where none would;
+    while no package changes its answer, the choice is the walk's (the first in order)."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(20):
+        learned = learned_slots(rng.sample([1, 2, 3, 4, 8, 16, 32, 64], 5))
+        learned.slots.append(CountingSlot(learned._spec("f32[2,16]|dynamic=(batch:2..64,16)")[0]))
+        for _ in range(60):
+            if rng.random() < 0.2:
+                rng.choice(learned.slots).refuse = rng.choice(["", "the package's guards fail for this call"])
+            x = torch.randn(rng.choice([1, 2, 3, 4, 5, 8, 16, 32, 64]), 16)
+            expected = walked(learned, x)
+            got = learned.find((x,), {})
+            assert (got is None) == (expected is None)
+            assert got is None or serves(learned, got[0], x)
+        fresh = learned_slots([s.spec.tensors[0].shape[0] for s in learned.slots[:-1]])
+        fresh.slots.append(learned.slots[-1])
+        for s in fresh.slots:
+            s.refuse = ""
+        for _ in range(30):
+            x = torch.randn(rng.choice([1, 2, 3, 4, 5, 8, 16, 32, 64]), 16)
+            got = fresh.find((x,), {})
+            assert (got[0] if got else None) is walked(fresh, x)

@@ -38,9 +38,8 @@ class Slot:
     def refusal(self, args: tuple, kwargs: dict, model: Any, name: str) -> Tuple[Optional[str], bool, Optional[List[Any]]]:
         """``(why not, declared, flat)``: why this package does not serve the call (None: it does), whether
         the call matched the declared inputs, and the call's tensors in the package's order."""
-        why = self.spec.mismatch(args, kwargs, model)
+        why, flat = self.spec.match(args, kwargs, model)
         declared = why is None
-        flat = self.spec.flat(args, kwargs) if declared else None
         why = why or spec_mod.grad_wanted(flat, model) or self._unproven(args, kwargs) or self._stale(name)
         return why, declared, flat
 

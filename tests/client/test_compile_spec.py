@@ -143,3 +143,47 @@ def test_declared_examples_serve_exactly_those_shapes_from_one_dynamic_package()
     assert len(spec.calls) == 3  # the publish check runs every declared shape
     with pytest.raises(ValueError, match="once"):
         calls.CallSpec((torch.randn(2, 8),), None, False, examples=[(torch.randn(4, 8),)], dynamic_shapes=({},))
+
+
+def reference_match(spec, args, kwargs, model):
+    """The spec's answer with every call flattened by pytree (what ``match`` did before its plain path)."""
+    got = tuple(sorted(kwargs or {}))
+    if got != spec.keywords:
+        return "keyword", None
+    flat, structure = calls.leaves(args, kwargs)
+    if len(flat) != len(spec.tensors) or structure != spec.structure:
+        return "structure", None
+    why, served = calls.CallSpec.match(spec, args, kwargs, model)  # the rest of the checks, on pytree's leaves
+    return why, flat if why is None else None
+
+
+def test_a_call_of_plain_tensors_is_flattened_as_pytree_flattens_it():
+    """The served call's flatten skips pytree where the example and the call are plain tensors: for random
+    examples and calls (nested, keyword, non-tensor, subclassed, reordered), the answer is pytree's."""
+    from hypothesis import given, settings, strategies as st
+
+    model = mlp()
+    a, b = torch.randn(4, 8), torch.randn(2, 3)
+    leaf = st.sampled_from([a, b, torch.randn(4, 8), torch.nn.Parameter(torch.randn(4, 8)), 3, None, "s"])
+    arg = st.one_of(leaf, st.tuples(leaf, leaf), st.lists(leaf, max_size=2))
+    keywords = st.dictionaries(st.sampled_from(["x", "mask", "y"]), arg, max_size=2)
+    plain_example = st.sampled_from([((a,), {}), ((a, b), {}), ((), {"x": a, "mask": b}), ((a,), {"mask": b})])
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(plain_example, st.lists(arg, max_size=3), keywords, st.booleans())
+    def check(example, args, kwargs, reorder):
+        spec = calls.CallSpec(example[0], example[1], training=False)
+        assert spec._plain  # the example's arguments are tensors: the plain path is on
+        if reorder:
+            kwargs = dict(reversed(list(kwargs.items())))
+        why, flat = spec.match(tuple(args), kwargs, model)
+        want_why, want_flat = reference_match(spec, tuple(args), kwargs, model)
+        assert (why is None) == (want_why is None), (why, want_why)
+        if why is None:
+            assert len(flat) == len(want_flat) and all(x is y for x, y in zip(flat, want_flat))
+        # the example's own call, its keywords in the example's order and reversed, is served as pytree serves it
+        for given in (example[1], dict(reversed(list(example[1].items())))):
+            why, flat = spec.match(example[0], given, model)
+            assert why is None and all(x is y for x, y in zip(flat, calls.leaves(*example)[0], strict=True))
+
+    check()

@@ -309,6 +309,7 @@ def main() -> None:
                           "snapshot_wait_s": getattr(call, "snapshot_wait_seconds", None),
                           "tags": call.tags, "shape": call.shape, "report_warnings": call.report.warnings if call.report else [],
                           "capture_phases": getattr(call, "capture_phases", None),
+                          "proof_phases": getattr(call, "proof_phases", None),
                           "usage": getattr(call, "usage", None),  # an older client counts nothing
                           "learned": getattr(call, "learned", None),
                           "phases": getattr(call, "phases", None)}  # where compile()'s seconds went

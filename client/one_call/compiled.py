@@ -350,6 +350,13 @@ class CompiledModel:
         """Where the first capture's seconds went (graph.GraphedRun.phases); empty before one ran."""
         return dict(self._slot.runner.capture_phases) if self._slot is not None else {}
 
+    @property
+    def proof_phases(self) -> Dict[str, float]:
+        """Where the hit's proof's seconds went (proof.Proof.phases: Dynamo's imports, the tree's build...);
+        empty without a hit."""
+        slot = self._slot
+        return {k: round(v, 4) for k, v in slot.proof.phases.items()} if slot is not None else {}
+
     def _fell_back(self, why: str, *, declared: bool) -> None:
         """One line per cause; ``declared``: on the inputs the key was built for (require_hit refuses those)."""
         if self.require_hit and declared:

@@ -76,6 +76,10 @@ def test_a_restarted_container_loads_it_without_tracing_or_compiling(published):
     assert all(v >= 0 for v in phases.values()) and phases["restore"] > 0 and phases["load"] > 0, phases
     parts = sum(v for k, v in phases.items() if k != "total")
     assert parts <= phases["total"] + 0.01 and phases["total"] <= warm["compile"]["load_s"] + parts, phases
+    # and the proof's own: Dynamo's imports (this process had none before), then the guard tree over the model
+    proof = warm["compile"]["proof_phases"]
+    assert {"imports", "sources", "unpickle", "compare", "tree", "check"} == set(proof), proof
+    assert proof["imports"] > 0 and proof["tree"] > 0 and sum(proof.values()) <= phases["proof"] + 0.01, (proof, phases)
 
 
 def dynamo_alone_imports_triton() -> bool:

@@ -29,7 +29,7 @@ class Proof:
     def __init__(self, model: Any, managers: List[Any], guards: int, seconds: float,
                  phases: Optional[Dict[str, float]] = None, hooks: Optional["Hooks"] = None):
         self.model, self._managers, self.guards, self.load_seconds = model, managers, guards, seconds
-        #: where ``load_seconds`` went: sources, unpickle, compare, tree, check (summed over the entries)
+        #: where ``load_seconds`` went: imports, sources, unpickle, compare, tree, check (summed over the entries)
         self.phases = dict(phases or {})
         self._hooks = hooks
 
@@ -103,13 +103,14 @@ HOOK_KIND = "EMPTY_NN_MODULE_HOOKS_DICT"
 
 def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, float], hooks: "Hooks") -> Any:
     """One entry's guard tree over the live ``model``, after its descriptions and sources compared equal;
-    ``phases`` adds where the seconds went."""
+    ``phases`` adds where the seconds went ("imports": Dynamo's, the first time; most of a small model's proof)."""
+    started = time.perf_counter()
     from torch._dynamo import config as dynamo_config, convert_frame
     from torch._dynamo.guards import CheckFunctionManager
     from torch._dynamo.mutation_guard import install_generation_tagging_init
     from torch._dynamo.output_graph import OutputGraphCommon
 
-    started = time.perf_counter()
+    started = _phase(phases, "imports", started)
     _check_sources(header["sources"])
     # Dynamo wraps nn.Module.__init__ and __setstate__ the first time it traces (mutation_guard.py): the
     # build's classes were described wrapped, so these are too

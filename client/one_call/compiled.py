@@ -16,11 +16,10 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import calls, identity, publisher as publisher_mod, spec as spec_mod, support
-from . import shapes as shapes_mod, warmup
+from . import calls, identity, publisher as publisher_mod, shapes as shapes_mod, spec as spec_mod, support
+from . import verify as verify_mod, warmup
 from .learned import Learned, learned_limit
 from .slot import Slot, open_slot
-from . import verify as verify_mod
 from .. import usage
 from ..errors import HitRequired
 
@@ -331,13 +330,11 @@ class CompiledModel:
     @property
     def learned(self) -> Dict[str, Any]:
         """The learned shapes' packages: served (shape, calls), skipped (shape: why), seconds, done."""
-        return self._learned.info() if self._learned is not None else {"packages": [], "skipped": {},
-                                                                      "seconds": None, "done": True}
+        return self._learned.info() if self._learned else {"packages": [], "skipped": {}, "seconds": None, "done": True}
 
     @property
     def usage(self) -> Dict[str, Dict[str, int]]:
-        """``{shape: {"package": n, "compile": n, "eager": n}}``: this process's calls per input shape and how
-        each was served, as reported to the service (empty with ``CACHESVC_USAGE=0`` or no service)."""
+        """``{shape: {"package": n, "compile": n, "eager": n}}``: this process's calls, as reported (usage/)."""
         return self._tally.totals() if self._tally is not None else {}
 
     @property
@@ -352,10 +349,8 @@ class CompiledModel:
 
     @property
     def proof_phases(self) -> Dict[str, float]:
-        """Where the hit's proof's seconds went (proof.Proof.phases: Dynamo's imports, the tree's build...);
-        empty without a hit."""
-        slot = self._slot
-        return {k: round(v, 4) for k, v in slot.proof.phases.items()} if slot is not None else {}
+        """Where the hit's proof's seconds went (proof.Proof.phases, Dynamo's imports included); {} on a miss."""
+        return {k: round(v, 4) for k, v in self._slot.proof.phases.items()} if self._slot is not None else {}
 
     def _fell_back(self, why: str, *, declared: bool) -> None:
         """One line per cause; ``declared``: on the inputs the key was built for (require_hit refuses those)."""

@@ -32,6 +32,7 @@ The steps, one module each:
     portable.py   descriptions of values that mean the same in every process
     guards.py     what both sides agree on: guard kinds, roots, keys
     container.py  the bytes: entries, the environment, the package's zip entry
+    bytecode.py   why the proof's imports can be slow: a torch without bytecode caches (a log line)
 
 torch's guard serialization is the part of torch.compile's AOT precompile that carries guards from one
 process to another (``torch._dynamo.package``); it pickles, as the package's .so is machine code: both

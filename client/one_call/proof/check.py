@@ -16,7 +16,7 @@ import time
 import types
 from typing import Any, Dict, List, Mapping, Optional
 
-from . import portable
+from . import bytecode, portable
 from .container import NoProof, decode
 from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
 
@@ -110,7 +110,9 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     from torch._dynamo.mutation_guard import install_generation_tagging_init
     from torch._dynamo.output_graph import OutputGraphCommon
 
+    imported = time.perf_counter() - started
     started = _phase(phases, "imports", started)
+    bytecode.warn_if_slow(imported)
     _check_sources(header["sources"])
     # Dynamo wraps nn.Module.__init__ and __setstate__ the first time it traces (mutation_guard.py): the
     # build's classes were described wrapped, so these are too

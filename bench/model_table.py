@@ -147,7 +147,10 @@ def main(argv=None) -> List[Dict]:
                         "--target DIR --no-deps transformers==4.57.6 huggingface_hub==0.36.2 tokenizers==0.22.2)")
     args = p.parse_args(argv)
     if args.transformers_path:
-        WORKER_ENV["PYTHONPATH"] = f"{Path(args.transformers_path).resolve()}{os.pathsep}{REPO}"
+        # first, before the rest of the path (where cachesvc_client and the service's wheels may be: the GPU
+        # machine's bench/gpu_setup.sh puts them there), not in its place
+        WORKER_ENV["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(Path(args.transformers_path).resolve()), str(REPO), os.environ.get("PYTHONPATH")) if p)
     work = workdir(args.workdir, "bench-model-table-")
     svc_env = service_source(args.service_ref, work / "service-src")
     rows: List[Dict] = []

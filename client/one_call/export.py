@@ -12,6 +12,7 @@ them before loading (build.py).
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -31,6 +32,8 @@ class Exported:
     how: str
     narrowed: Dict[str, Tuple[int, int]] = field(default_factory=dict)
     fix: str = ""
+    #: the program was lowered to ATen ops before it was saved (``_save``): its pre-dispatch form could not be
+    decomposed: bool = False
 
 
 def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Optional[Mapping[str, Any]] = None,
@@ -38,11 +41,9 @@ def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Opti
     """``torch.export`` a copy of ``model`` for ``model(*example_inputs, **kwargs)`` and save the program at
     ``path`` (.pt2).
 
-    Non-strict export first (it runs the model's Python as it is); where it fails, or its program cannot be
-    saved, strict export (Dynamo's trace, the proof's own tracer): transformers 4.x decoders build their
-    attention mask with ``torch.vmap``, which non-strict export leaves as a ``flat_apply`` node that
-    ``torch.export.save`` cannot serialize (``SerializeError: Failed serializing node flat_apply``); strict
-    export traces it into plain ops. A declared range torch.export cannot serve whole ("Constraints violated
+    Non-strict export first (it runs the model's Python as it is); where it fails, strict export (Dynamo's
+    trace, the proof's own tracer). A program ``torch.export.save`` cannot serialize is lowered to ATen first
+    (``_save``). A declared range torch.export cannot serve whole ("Constraints violated
     ... Suggested fixes: seq = Dim('seq', max=128)") is narrowed by its own suggestion
     (``refine_dynamic_shapes_from_suggested_fixes``) within the declaration, and exported again; a fix that
     makes a dim derived from another is not taken. Raises the first attempt's error when nothing works.
@@ -58,8 +59,8 @@ def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Opti
         shapes, narrowed, fix = dynamic_shapes, {}, ""
         for _ in range(2):  # as declared, then as torch.export suggests
             try:
-                imports = _export(model, example_inputs, path, kwargs, shapes, strict)
-                return Exported(imports, "strict" if strict else "non-strict", narrowed, fix)
+                imports, decomposed = _export(model, example_inputs, path, kwargs, shapes, strict)
+                return Exported(imports, "strict" if strict else "non-strict", narrowed, fix, decomposed)
             except Exception as exc:  # noqa: BLE001 - another way may work; nothing working raises the first
                 failures.append(exc)
                 refined = refine(exc, shapes)
@@ -126,16 +127,42 @@ def _pairs(declared: Any, refined: Any) -> List[Tuple[Any, Any, Any]]:
 
 
 def _export(model: Any, example_inputs: Sequence[Any], path: str, kwargs: Optional[Mapping[str, Any]],
-            dynamic_shapes: Any, strict: bool) -> List[str]:
+            dynamic_shapes: Any, strict: bool) -> Tuple[List[str], bool]:
+    """The modules the child imports, and whether the saved program was lowered to ATen (``_save``)."""
     import torch
 
     twin = copy.deepcopy(model)  # export may patch the module it traces; the process keeps the original
     args, kw = canonical(example_inputs, kwargs)
     with torch.no_grad():
         program = torch.export.export(twin, args, kw, dynamic_shapes=dynamic_shapes, strict=strict)
-    torch.export.save(program, path)
     signature = program.module_call_graph[0].signature
-    return spec_modules(signature.in_spec, signature.out_spec)
+    return spec_modules(signature.in_spec, signature.out_spec), _save(program, path)
+
+
+def _save(program: Any, path: str) -> bool:
+    """Save ``program`` at ``path``; where its pre-dispatch form cannot be serialized, save it lowered to ATen ops
+    (``run_decompositions({})``: no op decomposed, the same program AOTInductor lowers it to anyway) and say so.
+
+    transformers 4.x decoders build their attention mask with ``torch.vmap``, which export records as the
+    functorch calls that set it up: torch 2.11's serializer refuses the first of them (``Failed serializing node
+    lazy_load_decompositions``), torch 2.13's the ``flat_apply`` node non-strict export leaves after them. Lowered,
+    vmap's batching rules have run and none of those nodes is left. Raises the first error when even the
+    lowered program cannot be saved (strict export is tried next)."""
+    import torch
+
+    try:
+        torch.export.save(program, path)
+        return False
+    except Exception as exc:  # noqa: BLE001 - torch's serializer refuses a node: the ATen program may save
+        first = exc
+    try:
+        # torch 2.13's run_decompositions deep-copies pytree specs, which warns of its own deprecated LeafSpec
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            torch.export.save(program.run_decompositions({}), path)
+    except Exception:  # noqa: BLE001 - the error that names the node is the useful one
+        raise first from None
+    return True
 
 
 def run_once(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:

@@ -36,7 +36,7 @@ class Publisher:
         self.compiled, self.key = compiled, key
         self.result: Dict[str, Any] = {}
         self._known_failure = known_failure
-        self.exported = ""  # how torch.export made the program: non-strict, or strict where that failed
+        self.exported = ""  # how torch.export made the program: non-strict, or strict where that failed (+ lowered)
         self._thread = threading.Thread(target=self._run, name=f"cachesvc-compile-publish-{key['name']}",
                                         daemon=True)
         self._work: Optional[str] = None  # the exported program's folder, removed when the thread ends
@@ -80,7 +80,8 @@ class Publisher:
             if made.how == "strict":  # Dynamo traced symbolically: the model's Python ran for real once
                 export.run_once(c.model, c.args, c.call_kwargs)
         self._proof = self._proof.with_environment(names)
-        self._imports, self.exported = made.imports, made.how
+        self._imports = made.imports
+        self.exported = f"{made.how}, lowered to ATen" if made.decomposed else made.how
         if made.narrowed:
             before = c.spec.served_text()
             c.spec.narrow(made.narrowed)

@@ -43,6 +43,60 @@ max_size = 5G
 """
 
 
+#: The compiler's stand-in. ccache caches compiles (``-c``) only; Inductor builds each JIT kernel with one
+#: command that compiles a .cpp and links the .so, which ccache passes to g++ every time. Across the run's
+#: containers the same kernels come back (2026-12-05: 288 such commands, 72 distinct sources), so such a
+#: command (one source, ``-shared``, ``-o OUT``, no ``-c``) is split: the source compiled through ccache
+#: into an object under the run's folder (not beside OUT: the .so's folder is a cache dir the tests snapshot),
+#: then that object linked by the same command line. With -c, g++ ignores the link options; the link ignores
+#: the compile options. Everything else goes to ccache as it is. Plain sh: it runs hundreds of times a run.
+SCRIPT = """#!/bin/sh
+CCACHE_DIR={cache}
+CCACHE_CONFIGPATH={config}
+export CCACHE_DIR CCACHE_CONFIGPATH
+src= out= shared= only= n=0 prev=
+for a in "$@"; do
+    [ "$prev" = -o ] && out=$a
+    case $a in
+        -c|-E|-S|-M|-MM) only=1 ;;
+        -shared) shared=1 ;;
+        *.cpp|*.cc|*.c) n=$((n + 1)); src=$a ;;
+    esac
+    prev=$a
+done
+if [ -z "$shared" ] || [ -n "$only" ] || [ "$n" != 1 ] || [ -z "$out" ]; then
+    exec {ccache} {real} "$@"
+fi
+compile() {{  # compile OBJ ARGS...: ARGS less "-o OUT", through ccache, into OBJ
+    obj=$1; shift
+    skip= reset=1
+    for a in "$@"; do
+        [ "$reset" = 1 ] && {{ set --; reset=; }}
+        if [ -n "$skip" ]; then skip=; continue; fi
+        [ "$a" = -o ] && {{ skip=1; continue; }}
+        set -- "$@" "$a"
+    done
+    {ccache} {real} "$@" -c -o "$obj"
+}}
+link() {{  # link OBJ SRC ARGS...: ARGS with OBJ in place of SRC
+    obj=$1 src=$2; shift 2
+    reset=1
+    for a in "$@"; do
+        [ "$reset" = 1 ] && {{ set --; reset=; }}
+        if [ "$a" = "$src" ]; then set -- "$@" "$obj"; else set -- "$@" "$a"; fi
+    done
+    {real} "$@"
+}}
+mkdir -p {objects}
+tmp=$(mktemp {objects}/XXXXXXXX) || exit 1
+o=$tmp.o  # sh has no locals: the functions' obj is their own copy of this name
+compile "$o" "$@" && link "$o" "$src" "$@"
+status=$?
+rm -f "$tmp" "$o"
+exit $status
+"""
+
+
 def enable() -> Optional[Path]:
     """Put this run's ccache in front of the compilers on PATH; its folder, or None without ccache."""
     ccache = shutil.which("ccache")
@@ -72,9 +126,10 @@ def _make_run_dir(ccache: str) -> str:
         # A script, not a symlink to ccache: a container built with a bare environment (its own HOME,
         # PATH passed on) still uses this run's cache, not one under its HOME.
         script = bin_dir / name
-        script.write_text(f"#!/bin/sh\nCCACHE_DIR={shlex.quote(os.path.join(run, 'cache'))} "
-                          f"CCACHE_CONFIGPATH={shlex.quote(os.path.join(run, 'ccache.conf'))} "
-                          f"exec {shlex.quote(ccache)} {shlex.quote(real)} \"$@\"\n")
+        script.write_text(SCRIPT.format(cache=shlex.quote(os.path.join(run, "cache")),
+                                        config=shlex.quote(os.path.join(run, "ccache.conf")),
+                                        objects=shlex.quote(os.path.join(run, "objects")),
+                                        ccache=shlex.quote(ccache), real=shlex.quote(real)))
         script.chmod(0o755)
     return run
 

@@ -32,6 +32,41 @@ def test_a_bare_containers_compile_is_answered_from_the_runs_cache(tmp_path):
     assert after["hits"] == before["hits"] + 1 and after["misses"] == before["misses"] + 1, (before, after)
 
 
+@pytest.mark.skipif(shutil.which("ccache") is None or os.environ.get(compiler_cache.RUN_DIR) is None
+                    or os.environ.get("CCACHE_DISABLE"), reason="no ccache here (or CCACHE_DISABLE): the suite runs without it")
+def test_a_compile_and_link_in_one_command_is_split_so_the_compile_is_cached(tmp_path):
+    """Inductor's JIT kernels: one command compiles a .cpp and links the .so. The second container's is answered
+    from the run's cache, its .so works, and no object is left beside it or in its TMPDIR (objects go to the run's
+    folder)."""
+    import ctypes
+
+    before = compiler_cache.stats()
+    for name in ("first", "second"):
+        ctr = tmp_path / name
+        (ctr / "home").mkdir(parents=True)
+        (ctr / "cache").mkdir()
+        (ctr / "cache" / "kernel.cpp").write_text('extern "C" int answer(void) { return 42; }\n')
+        env = {"PATH": os.environ["PATH"], "HOME": str(ctr / "home"), "TMPDIR": str(ctr)}
+        subprocess.run(["g++", str(ctr / "cache" / "kernel.cpp"), "-shared", "-fPIC", "-O2", "-o",
+                        str(ctr / "cache" / "kernel.so"), "-lm", "-Wl,--no-as-needed"],
+                       env=env, check=True, cwd=ctr, timeout=60)
+        assert ctypes.CDLL(str(ctr / "cache" / "kernel.so")).answer() == 42
+        assert sorted(p.name for p in (ctr / "cache").iterdir()) == ["kernel.cpp", "kernel.so"]
+        assert sorted(p.name for p in ctr.iterdir()) == ["cache", "home"]
+    after = compiler_cache.stats()
+    assert after["hits"] == before["hits"] + 1 and after["misses"] == before["misses"] + 1, (before, after)
+
+
+def test_a_failed_compile_fails_the_command_and_leaves_nothing(tmp_path):
+    if shutil.which("ccache") is None or os.environ.get(compiler_cache.RUN_DIR) is None:
+        pytest.skip("no ccache here: the suite runs without it")
+    (tmp_path / "bad.cpp").write_text("this is not C++\n")
+    done = subprocess.run(["g++", str(tmp_path / "bad.cpp"), "-shared", "-fPIC", "-o", str(tmp_path / "bad.so")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "error" in done.stderr
+    assert not (tmp_path / "bad.so").exists()
+
+
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("g++") is None, reason="no ccache or g++ here")
 def test_the_real_compiler_is_found_behind_a_ccache_folder_already_on_path(tmp_path, monkeypatch):
     ccache = shutil.which("ccache")

@@ -234,15 +234,24 @@ def model_table(results: Path, where: str) -> str:
         version = r.get("transformers") or ""
         label = model_label(r["model"]) + (f" (transformers {version})" if version.startswith("4.") else "") + suffix
         if "error" in r:
-            out.append([label, r["mode"], "failed: " + r["error"][:120].replace("|", "/")] + [""] * 8 + [data])
+            out.append([label, r["mode"], "failed: " + r["error"][:120].replace("|", "/")] + [""] * 9 + [data])
             continue
         route = "the package" if r["route"] == "artifact" else f"torch.compile ({(r.get('why') or '')[:80]})"
         out.append([label, r["mode"], route, f(r["eager_ready_s"]), f(r["restart_ready_s"]), f"**{f(r['x_eager'])}**",
-                    f(r["compiled_step_ms"]), f(r["restart_step_ms"]), f"**{f(r['x_compiled'])}**",
-                    f(r.get("build_s"), 1), f(r.get("package_mb"), 1), data])
+                    call_phases(r.get("phases")), f(r["compiled_step_ms"]), f(r["restart_step_ms"]),
+                    f"**{f(r['x_compiled'])}**", f(r.get("build_s"), 1), f(r.get("package_mb"), 1), data])
     return md_table(["model", "mode", "restart ran", "eager ready s", "restart ready s", "x eager",
-                     "torch.compile ms/step", "restart ms/step", "x torch.compile", "package build s", "package MB",
-                     "data"], out)
+                     "compile() s: key / proof / rest", "torch.compile ms/step", "restart ms/step", "x torch.compile",
+                     "package build s", "package MB", "data"], out)
+
+
+def call_phases(phases: Optional[dict]) -> str:
+    """The restart's ``compile()`` seconds (``model.phases``): its total, then the key's walk, the proof and the
+    rest (restore, bind, load, the background start); "-" for rows measured before the phases were kept."""
+    if not phases or "total" not in phases:
+        return "-"
+    key, proof = phases.get("key", 0.0), phases.get("proof", 0.0)
+    return f"{phases['total']:.2f}: {key:.2f} / {proof:.2f} / {phases['total'] - key - proof:.2f}"
 
 
 def fleet_table(results: Path, name: str) -> str:

@@ -104,12 +104,31 @@ def _distribution_root(folder: Path) -> Optional[frozenset]:
 
 def _top_levels(dist: importlib.metadata.Distribution) -> Set[str]:
     """The importable top-level names ``dist`` declares (top_level.txt), else those of its files (RECORD),
-    as importlib.metadata.packages_distributions reads them."""
+    as importlib.metadata.packages_distributions reads them. RECORD's first column is read as text: ``dist.files``
+    makes a path object of every line (transformers: 1,555 of them, 33 ms of a restart's key)."""
     declared = (dist.read_text("top_level.txt") or "").split()
     if declared:
         return set(declared)
-    names = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
-    return {name for name in names if "." not in name}
+    names = set()
+    for line in (dist.read_text("RECORD") or "").splitlines():
+        path = line.rsplit(",", 2)[0].strip('"') if line.count(",") >= 2 else line
+        first, _, rest = path.partition("/")
+        names.add(first if rest else Path(first).stem)
+    return {name for name in names if name and "." not in name}
+
+
+def _name_version(dist: importlib.metadata.Distribution) -> str:
+    """``Name==Version`` from the metadata's header lines, which end at its first blank line. ``dist.metadata``
+    parses the whole file as an e-mail, long description included (transformers': 6 ms a distribution)."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    fields = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in fields:
+            fields[key] = value.strip()
+    if len(fields) < 2:  # not the usual layout: the parser's answer
+        return f"{dist.metadata['Name']}=={dist.version}"
+    return f"{fields['Name']}=={fields['Version']}"
 
 
 def _installed(module_name: str, target: Any = None) -> bool:
@@ -134,7 +153,7 @@ def _versions(top: str) -> str:
     try:
         dist = importlib.metadata.distribution(top)
         if top in _top_levels(dist):
-            return f"{dist.metadata['Name']}=={dist.version}"
+            return _name_version(dist)
     except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
         pass
     named = _named_after(top)  # a namespace package's distributions: opentelemetry-api, -sdk (0.19 s saved)
@@ -166,7 +185,7 @@ def _named_after(top: str) -> List[str]:
             dist = importlib.metadata.PathDistribution(Path(entry or ".") / name)
             try:
                 if top in _top_levels(dist):
-                    found.add(f"{dist.metadata['Name']}=={dist.version}")
+                    found.add(_name_version(dist))
             except (ValueError, OSError, TypeError):
                 continue
     return sorted(found)

@@ -2,6 +2,7 @@
 (one_call/binding.py), and the one-line causes of a fall-back (issue 25, items 4 and 6)."""
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import types
@@ -139,6 +140,32 @@ def test_a_namespace_packages_distributions_are_found_by_their_names_not_by_read
     monkeypatch.setattr(identity, "_distributions", lambda: {"nsother": ["nsother-dist"]})
     assert identity._versions("nsother") == "nsother-dist==?"  # no name like it: every distribution, as before
     identity._versions.cache_clear()
+
+
+def test_the_metadata_read_as_text_agrees_with_importlibs_parse_for_every_installed_distribution():
+    """The key reads a distribution's top-level names from RECORD's text and its name and version from the
+    metadata's header lines (a restart's key: transformers' RECORD and long description were half of it);
+    for every distribution in this venv, the same answers as importlib.metadata's own readers."""
+    checked = 0
+    for dist in importlib.metadata.distributions():
+        assert identity._name_version(dist) == f"{dist.metadata['Name']}=={dist.version}"
+        if not (dist.read_text("top_level.txt") or "").split():
+            parsed = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
+            assert identity._top_levels(dist) == {n for n in parsed if "." not in n}, dist.metadata["Name"]
+            checked += 1
+    assert checked > 10  # wheels without top_level.txt (flit, hatchling) are most of this venv
+
+
+def test_a_quoted_record_and_a_description_that_names_another_package_read_as_importlib_reads_them(tmp_path):
+    meta = tmp_path / "odd_pkg-2.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: odd-pkg\nVersion: 2.0\n\nName: other\nVersion: 9\n")
+    (meta / "RECORD").write_text('"odd,pkg/__init__.py",sha256=x,1\nsolo.py,,\nodd_pkg-2.0.dist-info/RECORD,,\n'
+                                 "../../bin/tool,,\n")
+    dist = importlib.metadata.PathDistribution(meta)
+    assert identity._name_version(dist) == "odd-pkg==2.0"
+    parsed = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
+    assert identity._top_levels(dist) == {n for n in parsed if "." not in n} == {"odd,pkg", "solo"}
 
 
 def test_another_setting_is_another_config_key():

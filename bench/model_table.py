@@ -77,6 +77,9 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, see
            "output_type": restart.get("output_type"), "max_abs_diff": restart["max_abs_diff"],
            "eager_ready_s": eager["ready_s"], "restart_ready_s": restart["ready_s"],
            "restart_first_call_s": restart["first_call_s"], "x_eager": restart["ready_s"] / eager["ready_s"],
+           # the calls alone, compile() inside the restart's: the part of the first output the one call changes
+           # (a GPU model's build before it varied 5.1-8.8 s between fresh processes: bench/probes/first_run_probe.py)
+           "eager_first_call_s": eager["first_call_s"],
            "compiled_step_ms": floor["step_ms"], "restart_step_ms": restart["step_ms"],
            "eager_step_ms": eager["step_ms"], "x_compiled": restart["step_ms"] / floor["step_ms"],
            "seed_first_call_s": seed["first_call_s"], "build_s": artifact.get("build_s"),

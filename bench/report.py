@@ -234,15 +234,23 @@ def model_table(results: Path, where: str) -> str:
         version = r.get("transformers") or ""
         label = model_label(r["model"]) + (f" (transformers {version})" if version.startswith("4.") else "") + suffix
         if "error" in r:
-            out.append([label, r["mode"], "failed: " + r["error"][:120].replace("|", "/")] + [""] * 9 + [data])
+            out.append([label, r["mode"], "failed: " + r["error"][:120].replace("|", "/")] + [""] * 10 + [data])
             continue
         route = "the package" if r["route"] == "artifact" else f"torch.compile ({(r.get('why') or '')[:80]})"
         out.append([label, r["mode"], route, f(r["eager_ready_s"]), f(r["restart_ready_s"]), f"**{f(r['x_eager'])}**",
-                    call_phases(r.get("phases")), f(r["compiled_step_ms"]), f(r["restart_step_ms"]),
+                    first_calls(r), call_phases(r.get("phases")), f(r["compiled_step_ms"]), f(r["restart_step_ms"]),
                     f"**{f(r['x_compiled'])}**", f(r.get("build_s"), 1), f(r.get("package_mb"), 1), data])
     return md_table(["model", "mode", "restart ran", "eager ready s", "restart ready s", "x eager",
-                     "compile() s: key / proof / rest", "torch.compile ms/step", "restart ms/step", "x torch.compile",
+                     "first call s: eager / restart", "compile() s: key / proof / rest", "torch.compile ms/step", "restart ms/step", "x torch.compile",
                      "package build s", "package MB", "data"], out)
+
+
+def first_calls(r: dict) -> str:
+    """Eager's first call and the restart's (``compile()`` included): the part of the first output the one call
+    changes, without the model's build before it; "-" for rows measured before eager's was kept."""
+    if r.get("eager_first_call_s") is None or r.get("restart_first_call_s") is None:
+        return "-"
+    return f"{r['eager_first_call_s']:.2f} / {r['restart_first_call_s']:.2f}"
 
 
 def call_phases(phases: Optional[dict]) -> str:

@@ -47,10 +47,10 @@ def build_package(model_name: str, folder: Path, mode: str) -> dict:
     from cachesvc_client.one_call import build as build_mod, export as export_mod
     from harness import models
 
-    model, args = models.build(model_name, "cuda")
+    model, args, kwargs = models.build_call(model_name, "cuda")
     program = folder / "program.pt2"
     started = time.monotonic()
-    imports = export_mod.export(model, args, str(program))
+    imports = export_mod.export(model, args, str(program), kwargs=kwargs).imports
     exported = time.monotonic()
     phases = build_mod.build(str(program), str(folder / "package.pt2"), mode=mode, imports=imports)
     names = zipfile.ZipFile(folder / "package.pt2").namelist()
@@ -79,23 +79,24 @@ def probe(kind: str, model_name: str, folder: Path) -> dict:
     from harness import models
 
     out: dict = {"probe": kind, "import_s": time.monotonic() - t0}
-    model, args = models.build(model_name, "cuda")
+    model, args, kwargs = models.build_call(model_name, "cuda")  # transformers' models: keyword arguments
     torch.cuda.synchronize()
     out["model_s"] = time.monotonic() - t0 - out["import_s"]
     if kind == "eager":
         with torch.no_grad():
-            _, out["first_s"] = _sync_time(lambda: model(*args))
-            _, out["second_s"] = _sync_time(lambda: model(*args))
+            _, out["first_s"] = _sync_time(lambda: model(*args, **kwargs))
+            _, out["second_s"] = _sync_time(lambda: model(*args, **kwargs))
         return out
     if kind == "package-warm":
         with torch.no_grad():
-            _, out["eager_first_s"] = _sync_time(lambda: model(*args))
+            _, out["eager_first_s"] = _sync_time(lambda: model(*args, **kwargs))
     from cachesvc_client.one_call.binding import live_constants
+    from cachesvc_client.one_call.calls import leaves
     from cachesvc_client.one_call.runner import Runner
 
     package = folder / ("package-embed.pt2" if kind == "embed" else "package.pt2")
     runner, out["load_s"] = _sync_time(lambda: Runner(str(package), live_constants(model), "cuda"))
-    flat = list(args)
+    flat = list(leaves(args, kwargs)[0])  # the package's inputs: positional, then keywords by name
     if kind == "package-profile":
         from torch.profiler import ProfilerActivity, profile
 

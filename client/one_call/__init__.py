@@ -26,6 +26,7 @@ The steps, one module each:
     spec.py       the structure fingerprint; calls that want autograd
     calls.py      what a call must match to be served by the package (arguments, declared shapes)
     identity.py   the code and the non-tensor configuration the key also covers (an index, not a proof)
+    installed.py  which code is an installed distribution's (keyed by name==version, not followed)
     proof/        the proof: the build's Dynamo guards, compared at load and checked at every call
     ends.py       a declared range's ends: checked against eager at build, each admitted by a trace
     binding.py    the live tensors a hit runs on; replaced ones are seen and rebound

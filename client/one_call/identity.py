@@ -9,7 +9,7 @@ model when ``forward`` changed (relu to tanh) or a setting did (``LeakyReLU(0.01
   their own file (helpers, followed to any depth) and of plain module-level values they read
   (``SLOPE = 0.1``), of closures and default values, and of the hooks registered on the modules.
   Code in the deploy's other files is followed too (``from helpers import offset``, ``import helpers;
-  helpers.offset()``); code of an installed distribution (a file under site-packages, or in a folder that
+  helpers.offset()``); code of an installed distribution (installed.py: a file under site-packages, or in a folder that
   holds the distribution's metadata: ``pip install --target``) is keyed by the
   distribution's name and version instead of its bytecode (transformers' BERT reaches 8 s of its library
   when followed). Not keyed: tensors held in module-level globals, and an installed package whose
@@ -32,13 +32,12 @@ import collections
 import enum
 import functools
 import hashlib
-import importlib.metadata
 import json
-import os
 import sys
 import types
-from pathlib import Path
-from typing import Any, Callable, Deque, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Optional, Set, Tuple
+
+from . import installed
 
 FINGERPRINT_CHARS = 16
 #: packages whose code the key's environment already pins (torch's version) or that are the language's
@@ -56,139 +55,6 @@ MODULE_INTERNALS = frozenset({"training", "_parameters", "_buffers", "_modules",
 def _covered(module_name: Optional[str]) -> bool:
     top = (module_name or "builtins").split(".", 1)[0]
     return top in COVERED or top in getattr(sys, "stdlib_module_names", ())
-
-
-#: where pip puts installed distributions: their code is keyed by version, not followed
-INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})
-
-
-@functools.lru_cache(maxsize=4096)
-def _installed_file(file: Optional[str]) -> bool:
-    """Whether ``file`` is an installed distribution's; unknown (None) is not (its code is followed)."""
-    if file is None:
-        return False
-    path = Path(file)
-    return not INSTALLED_DIRS.isdisjoint(path.parts) or _in_distribution_root(path)
-
-
-def _in_distribution_root(path: Path) -> bool:
-    """Whether ``path`` is in a top-level package that a distribution declares, in the folder that holds that
-    distribution's metadata: code installed outside a site-packages folder (``pip install --target /opt/libs``
-    with PYTHONPATH, as GPU images vendor libraries). Followed instead, its walk reached module-level values
-    made anew in every process (transformers' telemetry SESSION_ID, a uuid4): the key changed at every start
-    and nothing ever hit. Only a name declared by a distribution whose metadata is in that very folder: the
-    deploy's own ``models/`` beside a vendored library is followed, even where a distribution elsewhere
-    declares a ``models`` too (keyed by that one's version, a changed model would be the same key)."""
-    for parent in path.parents:
-        names = _distribution_root(parent)
-        if names is not None:
-            return Path(path.relative_to(parent).parts[0]).stem in names
-    return False
-
-
-@functools.lru_cache(maxsize=4096)
-def _distribution_root(folder: Path) -> Optional[frozenset]:
-    """The top-level names the distributions whose metadata (.dist-info) is in ``folder`` declare; None when
-    none is there. Per folder, on demand: reading every installed distribution's metadata to find the few
-    folders that hold any was most of the key at every ``compile()`` of a model in the deploy's own files."""
-    try:
-        if not any(entry.name.endswith(".dist-info") for entry in os.scandir(folder)):
-            return None
-    except OSError:
-        return None
-    names: Set[str] = set()
-    for dist in importlib.metadata.distributions(path=[str(folder)]):
-        names.update(_top_levels(dist))
-    return frozenset(names)
-
-
-def _top_levels(dist: importlib.metadata.Distribution) -> Set[str]:
-    """The importable top-level names ``dist`` declares (top_level.txt), else those of its files (RECORD),
-    as importlib.metadata.packages_distributions reads them. RECORD's first column is read as text: ``dist.files``
-    makes a path object of every line (transformers: 1,555 of them, 33 ms of a restart's key)."""
-    declared = (dist.read_text("top_level.txt") or "").split()
-    if declared:
-        return set(declared)
-    names = set()
-    for line in (dist.read_text("RECORD") or "").splitlines():
-        path = line.rsplit(",", 2)[0].strip('"') if line.count(",") >= 2 else line
-        first, _, rest = path.partition("/")
-        names.add(first if rest else Path(first).stem)
-    return {name for name in names if name and "." not in name}
-
-
-def _name_version(dist: importlib.metadata.Distribution) -> str:
-    """``Name==Version`` from the metadata's header lines, which end at its first blank line. ``dist.metadata``
-    parses the whole file as an e-mail, long description included (transformers': 6 ms a distribution)."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
-    fields = {}
-    for line in text.split("\n\n", 1)[0].splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key in ("Name", "Version") and key not in fields:
-            fields[key] = value.strip()
-    if len(fields) < 2:  # not the usual layout: the parser's answer
-        return f"{dist.metadata['Name']}=={dist.version}"
-    return f"{fields['Name']}=={fields['Version']}"
-
-
-def _installed(module_name: str, target: Any = None) -> bool:
-    """Whether the code comes from an installed distribution's file; unknown is not (it is followed)."""
-    file = getattr(sys.modules.get(module_name), "__file__", None)
-    if file is None:  # a module no longer in sys.modules: the function's own file
-        file = getattr(getattr(target, "__code__", None), "co_filename", None)
-    return _installed_file(file)
-
-
-@functools.lru_cache(maxsize=1)
-def _distributions() -> dict:
-    return importlib.metadata.packages_distributions()
-
-
-@functools.lru_cache(maxsize=None)
-def _versions(top: str) -> str:
-    """The installed distributions that provide the top-level package ``top``, with their versions. The
-    distribution of the same name first (transformers, numpy: one metadata file read), else every
-    distribution's metadata (``packages_distributions``: 1-2 s over a venv of 200 of them, which was most
-    of a transformers model's key at every ``compile()``)."""
-    try:
-        dist = importlib.metadata.distribution(top)
-        if top in _top_levels(dist):
-            return _name_version(dist)
-    except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
-        pass
-    named = _named_after(top)  # a namespace package's distributions: opentelemetry-api, -sdk (0.19 s saved)
-    if named:
-        return ",".join(named)
-    found = []
-    for dist in sorted(set(_distributions().get(top, ()))):
-        try:
-            found.append(f"{dist}=={importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            found.append(f"{dist}==?")
-    return ",".join(found) or "-"
-
-
-def _named_after(top: str) -> List[str]:
-    """``name==version`` of the distributions on sys.path whose names start with ``top`` (``opentelemetry_api``
-    for ``opentelemetry``) and that declare it, sorted: read from those few .dist-info folders, not every one."""
-    want = top.lower().replace("-", "_").replace(".", "_")
-    found: Set[str] = set()
-    for entry in sys.path:
-        try:
-            names = [e.name for e in os.scandir(entry or ".") if e.name.endswith(".dist-info")]
-        except OSError:
-            continue
-        for name in names:
-            stem = name[: -len(".dist-info")].split("-", 1)[0].lower().replace(".", "_")
-            if stem != want and not stem.startswith(want + "_"):
-                continue
-            dist = importlib.metadata.PathDistribution(Path(entry or ".") / name)
-            try:
-                if top in _top_levels(dist):
-                    found.add(_name_version(dist))
-            except (ValueError, OSError, TypeError):
-                continue
-    return sorted(found)
 
 
 class _Walker:
@@ -271,7 +137,7 @@ class _Walker:
         module = getattr(target, "__module__", None)
         if not isinstance(module, str) or _covered(module):
             return
-        if _installed(module, target):
+        if installed.installed(module, target):
             self.library(module)
         else:
             self.value(target)
@@ -280,7 +146,7 @@ class _Walker:
         """A module the code reaches by name: the attributes the code may read of it."""
         if _covered(module.__name__):
             return
-        if _installed_file(getattr(module, "__file__", None)):
+        if installed.installed_file(getattr(module, "__file__", None)):
             self.library(module.__name__)
             return
         for name in names:
@@ -292,7 +158,7 @@ class _Walker:
         top = module_name.split(".", 1)[0]
         if top not in self.libraries:
             self.libraries.add(top)
-            self.put(f"library {top} {_versions(top)}")
+            self.put(f"library {top} {installed.versions(top)}")
 
     def value(self, value: Any) -> None:
         if isinstance(value, type):

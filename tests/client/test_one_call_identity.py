@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cachesvc_client.one_call import export, identity, spec, support  # noqa: E402
+from cachesvc_client.one_call import export, identity, installed, spec, support  # noqa: E402
 from cachesvc_client.one_call.binding import Binding  # noqa: E402
 
 SOURCE = '''
@@ -118,7 +118,7 @@ def test_an_installed_librarys_code_is_keyed_by_its_version_not_followed():
     walker = identity._Walker()
     walker.foreign(pytest.importorskip("yaml").safe_load)
     assert walker.libraries == {"yaml"} and walker.count == 0  # nothing of its bytecode walked
-    assert identity._versions("yaml") == f"PyYAML=={importlib.metadata.version('PyYAML')}"
+    assert installed.versions("yaml") == f"PyYAML=={importlib.metadata.version('PyYAML')}"
 
 
 def test_a_namespace_packages_distributions_are_found_by_their_names_not_by_reading_every_one(tmp_path, monkeypatch):
@@ -131,15 +131,15 @@ def test_a_namespace_packages_distributions_are_found_by_their_names_not_by_read
         (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
         (meta / "top_level.txt").write_text("nsdemo\n" if dist != "nsdemox" else "nsdemox\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    identity._versions.cache_clear()
-    monkeypatch.setattr(identity, "_distributions", lambda: pytest.fail("read every distribution's metadata"))
+    installed.versions.cache_clear()
+    monkeypatch.setattr(installed, "_distributions", lambda: pytest.fail("read every distribution's metadata"))
     try:
-        assert identity._versions("nsdemo") == "nsdemo-api==1.0,nsdemo-sdk==2.1"
+        assert installed.versions("nsdemo") == "nsdemo-api==1.0,nsdemo-sdk==2.1"
     finally:
-        identity._versions.cache_clear()
-    monkeypatch.setattr(identity, "_distributions", lambda: {"nsother": ["nsother-dist"]})
-    assert identity._versions("nsother") == "nsother-dist==?"  # no name like it: every distribution, as before
-    identity._versions.cache_clear()
+        installed.versions.cache_clear()
+    monkeypatch.setattr(installed, "_distributions", lambda: {"nsother": ["nsother-dist"]})
+    assert installed.versions("nsother") == "nsother-dist==?"  # no name like it: every distribution, as before
+    installed.versions.cache_clear()
 
 
 def test_the_metadata_read_as_text_agrees_with_importlibs_parse_for_every_installed_distribution():
@@ -148,10 +148,10 @@ def test_the_metadata_read_as_text_agrees_with_importlibs_parse_for_every_instal
     for every distribution in this venv, the same answers as importlib.metadata's own readers."""
     checked = 0
     for dist in importlib.metadata.distributions():
-        assert identity._name_version(dist) == f"{dist.metadata['Name']}=={dist.version}"
+        assert installed._name_version(dist) == f"{dist.metadata['Name']}=={dist.version}"
         if not (dist.read_text("top_level.txt") or "").split():
             parsed = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
-            assert identity._top_levels(dist) == {n for n in parsed if "." not in n}, dist.metadata["Name"]
+            assert installed._top_levels(dist) == {n for n in parsed if "." not in n}, dist.metadata["Name"]
             checked += 1
     assert checked > 10  # wheels without top_level.txt (flit, hatchling) are most of this venv
 
@@ -163,9 +163,9 @@ def test_a_quoted_record_and_a_description_that_names_another_package_read_as_im
     (meta / "RECORD").write_text('"odd,pkg/__init__.py",sha256=x,1\nsolo.py,,\nodd_pkg-2.0.dist-info/RECORD,,\n'
                                  "../../bin/tool,,\n")
     dist = importlib.metadata.PathDistribution(meta)
-    assert identity._name_version(dist) == "odd-pkg==2.0"
+    assert installed._name_version(dist) == "odd-pkg==2.0"
     parsed = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
-    assert identity._top_levels(dist) == {n for n in parsed if "." not in n} == {"odd,pkg", "solo"}
+    assert installed._top_levels(dist) == {n for n in parsed if "." not in n} == {"odd,pkg", "solo"}
 
 
 def test_another_setting_is_another_config_key():
@@ -313,9 +313,9 @@ def test_a_library_installed_outside_site_packages_is_keyed_by_its_version_in_ev
     vendor_vendlib(libs)
     deploy.mkdir()
     (deploy / "tinyvend.py").write_text(VENDOR_CALLER)
-    code = ("import tinyvend; from cachesvc_client.one_call import identity; w = identity._Walker(); "
+    code = ("import tinyvend; from cachesvc_client.one_call import identity, installed; w = identity._Walker(); "
             "import vendlib; w.foreign(vendlib.scale); "
-            "print(identity.code_fingerprint(tinyvend.Tiny()), sorted(w.libraries), identity._versions('vendlib'))")
+            "print(identity.code_fingerprint(tinyvend.Tiny()), sorted(w.libraries), installed.versions('vendlib'))")
     env = {**__import__("os").environ, "PYTHONPATH": f"{libs}:{deploy}"}
     seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
                            env=env, cwd=tmp_path).stdout for _ in range(2)}

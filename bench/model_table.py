@@ -85,7 +85,8 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, see
            "seed_first_call_s": seed["first_call_s"], "build_s": artifact.get("build_s"),
            "package_mb": (artifact.get("bytes") or 0) / 1e6 or None, "artifact": artifact.get("status") or artifact,
            "capture_s": restart["compile"].get("capture_s"), "capture_phases": restart["compile"].get("capture_phases"),
-           "transformers": restart.get("transformers"), "phases": restart["compile"].get("phases")}
+           "transformers": restart.get("transformers"), "phases": restart["compile"].get("phases"),
+           "proof_phases": restart["compile"].get("proof_phases")}
     for ctr in ("seed", "eager", "restart"):
         shutil.rmtree(work / "containers" / f"{ctr}-{stem}", ignore_errors=True)
     return row

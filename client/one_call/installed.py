@@ -67,11 +67,13 @@ def _top_levels(dist: importlib.metadata.Distribution) -> Set[str]:
     declared = (dist.read_text("top_level.txt") or "").split()
     if declared:
         return set(declared)
-    names = set()
-    for line in (dist.read_text("RECORD") or "").splitlines():
-        path = line.rsplit(",", 2)[0].strip('"') if line.count(",") >= 2 else line
-        first, _, rest = path.partition("/")
-        names.add(first if rest else Path(first).stem)
+    record = dist.read_text("RECORD")
+    if record is None:  # an egg-info's installed-files.txt or SOURCES.txt: importlib's own reader
+        paths = [f.parts for f in dist.files or () if f.parts]
+    else:
+        paths = [(line.rsplit(",", 2)[0].strip('"') if line.count(",") >= 2 else line).split("/", 1)
+                 for line in record.splitlines()]
+    names = {parts[0] if len(parts) > 1 else Path(parts[0]).stem for parts in paths}
     return {name for name in names if name and "." not in name}
 
 

@@ -166,6 +166,14 @@ def test_a_quoted_record_and_a_description_that_names_another_package_read_as_im
     assert installed._name_version(dist) == "odd-pkg==2.0"
     parsed = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
     assert installed._top_levels(dist) == {n for n in parsed if "." not in n} == {"odd,pkg", "solo"}
+    egg = tmp_path / "eggy-1.0.egg-info"  # no RECORD: importlib's reader of its installed-files.txt
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: eggy\nVersion: 1.0\n")
+    (egg / "installed-files.txt").write_text("../eggy/__init__.py\n../eggy_extra.py\n")
+    dist = importlib.metadata.PathDistribution(egg)
+    assert installed._name_version(dist) == "eggy==1.0"
+    parsed = {Path(f.parts[0]).stem if len(f.parts) == 1 else f.parts[0] for f in dist.files or () if f.parts}
+    assert installed._top_levels(dist) == {n for n in parsed if "." not in n}  # Python 3.12 reads the file, 3.11 not
 
 
 def test_another_setting_is_another_config_key():

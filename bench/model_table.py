@@ -57,9 +57,35 @@ def run_seed(work: Path, svc, model: str, mode: str, device: str) -> Dict:
                                timeout=1800, **svc.client_env(), **WORKER_ENV)
 
 
-def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, seed: Optional[Dict] = None) -> Dict:
-    """The four containers of one row (the seed's already run when ``seed`` is given); returns their
-    results and the ratios."""
+def _pairs(work: Path, svc, stem: str, timed: List[str], repeats: int) -> Tuple[Dict, Dict, Dict]:
+    """Eager and the restart, ``repeats`` times each, alternating, each in a fresh container: (the median eager
+    sample, the median restart sample, every sample's first output and first call). One sample of a GPU row
+    moved by up to 0.4x between runs (the model's build before the first call varies by seconds)."""
+    eagers, restarts = [], []
+    for i in range(repeats):
+        suffix = f"-{i}" if repeats > 1 else ""
+        eagers.append(Container(work / "containers", f"eager-{stem}{suffix}").run_worker(*timed, "--eager",
+                                                                                         **WORKER_ENV))
+        restarts.append(Container(work / "containers", f"restart-{stem}{suffix}").run_worker(
+            *timed, "--one-call", **svc.client_env(), **WORKER_ENV))
+    routes = {r["compile"]["source"] for r in restarts}
+    if len(routes) > 1:
+        raise RuntimeError(f"the restarts of {stem} were not all served alike: {sorted(routes)}")
+    samples = {"eager_ready_s": [e["ready_s"] for e in eagers], "restart_ready_s": [r["ready_s"] for r in restarts],
+               "eager_first_call_s": [e["first_call_s"] for e in eagers],
+               "restart_first_call_s": [r["first_call_s"] for r in restarts]}
+    return _median_run(eagers), _median_run(restarts), samples
+
+
+def _median_run(runs: List[Dict]) -> Dict:
+    """The run whose first output is the median (the lower one of an even count)."""
+    return sorted(runs, key=lambda r: r["ready_s"])[(len(runs) - 1) // 2]
+
+
+def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, seed: Optional[Dict] = None,
+            repeats: int = 1) -> Dict:
+    """The containers of one row (the seed's already run when ``seed`` is given); returns their results and
+    the ratios, eager's and the restart's the median of ``repeats`` samples each."""
     flags = ["--model", model, "--mode", mode, "--device", device]
     timed = [*flags, "--steps", str(steps)]
     stem = f"{model}-{mode}"
@@ -68,9 +94,7 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, see
         seed = run_seed(work, svc, model, mode, device)
     os.sync()  # the seed's writes flushed now, not in the middle of the next container's start
     floor = seed_ctr.run_worker(*timed, **WORKER_ENV)
-    eager = Container(work / "containers", f"eager-{stem}").run_worker(*timed, "--eager", **WORKER_ENV)
-    restart = Container(work / "containers", f"restart-{stem}").run_worker(*timed, "--one-call", **svc.client_env(),
-                                                                            **WORKER_ENV)
+    eager, restart, samples = _pairs(work, svc, stem, timed, repeats)
     artifact = (seed.get("publish") or {}).get("artifact") or {}
     row = {"model": model, "mode": mode, "device": device,
            "route": restart["compile"]["source"], "why": restart["compile"].get("miss_reason", ""),
@@ -86,9 +110,9 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, see
            "package_mb": (artifact.get("bytes") or 0) / 1e6 or None, "artifact": artifact.get("status") or artifact,
            "capture_s": restart["compile"].get("capture_s"), "capture_phases": restart["compile"].get("capture_phases"),
            "transformers": restart.get("transformers"), "phases": restart["compile"].get("phases"),
-           "proof_phases": restart["compile"].get("proof_phases")}
-    for ctr in ("seed", "eager", "restart"):
-        shutil.rmtree(work / "containers" / f"{ctr}-{stem}", ignore_errors=True)
+           "proof_phases": restart["compile"].get("proof_phases"), "repeats": repeats, "samples": samples}
+    for ctr in work.joinpath("containers").glob(f"*-{stem}*"):
+        shutil.rmtree(ctr, ignore_errors=True)
     return row
 
 
@@ -140,6 +164,8 @@ def main(argv=None) -> List[Dict]:
     p.add_argument("--rows", default=None, help="rows in place of models x dtypes x modes: MODEL[-DTYPE]@MODE, "
                                                  "comma-separated (e.g. bert@default,gpt2-bf16@reduce-overhead)")
     p.add_argument("--steps", type=int, default=20, help="calls timed after the first (steady state)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="eager and the restart N times each, alternating, fresh containers: the row is their medians")
     p.add_argument("--out", default=None, help="write the JSON here (after every row)")
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed)")
     p.add_argument("--service-ref", default="snapshot", help="snapshot | worktree | a git ref")
@@ -167,7 +193,7 @@ def main(argv=None) -> List[Dict]:
                     seed = seeds.get((model, mode))
                     if isinstance(seed, BaseException):
                         raise seed
-                    rows.append(run_row(work, svc, model, mode, args.device, args.steps, seed))
+                    rows.append(run_row(work, svc, model, mode, args.device, args.steps, seed, args.repeats))
                 except RuntimeError as exc:  # a worker that failed: the row says so, the table goes on
                     rows.append({"model": model, "mode": mode, "error": " ".join(str(exc).split())[-300:]})
                 r = rows[-1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import importlib
 import linecache
 import os
@@ -329,11 +330,17 @@ def _compare(guards: Any, described: Mapping[str, Optional[str]], live_locals: d
             continue
         name = filed[len(INPUT):]
         try:
-            got = portable.graph_input(eval(name, dict(scope), closure_vars))  # noqa: S307 - Dynamo's own source text
+            got = portable.graph_input(eval(_source_code(name), dict(scope), closure_vars))  # noqa: S307 - Dynamo's own source text
         except Exception:  # noqa: BLE001
             got = None
         if got is None or got != want:
             raise NoProof(f"{name}, which the package holds as a constant, is not the value it was built with")
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_code(name: str) -> Any:
+    """A guard source's text, compiled once: a transformer's proof evaluates a thousand of them at every load."""
+    return compile(name, "<guard source>", "eval")
 
 
 def _check_sources(sources: List[Any]) -> None:

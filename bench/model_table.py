@@ -40,6 +40,8 @@ MODELS = "bert,gpt2,roberta,distilbert,opt,llama,t5,vit"
 #: what every row's containers get besides their own folders: ``--transformers-path`` puts that folder first on
 #: their PYTHONPATH (another transformers, e.g. 4.57 beside the venv's 5.x: ``pip install --target``)
 WORKER_ENV: Dict[str, str] = {}
+#: ``--profile DIR``: each restart's compile() profiled (cProfile, harness/worker.py), one text file a restart
+PROFILE_DIR: Optional[Path] = None
 DTYPE_SUFFIX = {"fp32": "", "bf16": "-bf16", "fp16": "-fp16"}
 
 
@@ -66,8 +68,9 @@ def _pairs(work: Path, svc, stem: str, timed: List[str], repeats: int) -> Tuple[
         suffix = f"-{i}" if repeats > 1 else ""
         eagers.append(Container(work / "containers", f"eager-{stem}{suffix}").run_worker(*timed, "--eager",
                                                                                          **WORKER_ENV))
+        profiled = ["--profile-compile", str(PROFILE_DIR / f"compile-{stem}{suffix}.txt")] if PROFILE_DIR else []
         restarts.append(Container(work / "containers", f"restart-{stem}{suffix}").run_worker(
-            *timed, "--one-call", **svc.client_env(), **WORKER_ENV))
+            *timed, "--one-call", *profiled, **svc.client_env(), **WORKER_ENV))
     routes = {r["compile"]["source"] for r in restarts}
     if len(routes) > 1:
         raise RuntimeError(f"the restarts of {stem} were not all served alike: {sorted(routes)}")
@@ -175,7 +178,14 @@ def main(argv=None) -> List[Dict]:
     p.add_argument("--transformers-path", default=None, metavar="DIR",
                    help="a folder put first on every container's PYTHONPATH: another transformers (pip install "
                         "--target DIR --no-deps transformers==4.57.6 huggingface_hub==0.36.2 tokenizers==0.22.2)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="profile each restart's compile() (cProfile): DIR/compile-MODEL-MODE[-N].txt, its 60 "
+                        "costliest functions by cumulative time (the profiler slows what it measures: not for the table)")
     args = p.parse_args(argv)
+    global PROFILE_DIR
+    if args.profile:
+        PROFILE_DIR = Path(args.profile).resolve()
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     if args.transformers_path:
         # first, before the rest of the path (where cachesvc_client and the service's wheels may be: the GPU
         # machine's bench/gpu_setup.sh puts them there), not in its place

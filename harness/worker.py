@@ -21,6 +21,7 @@ miss compiled ahead of time (aot_compile / AOTInductor), then published.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -50,6 +51,28 @@ def _precompiled(kind: str, model, inputs, report, path: str):
         return (lambda *xs: fn(model, *xs)), "compiled"
     cachesvc_client.precompile_package(model, inputs, path)
     return torch._inductor.aoti_load_package(path), "compiled"
+
+
+@contextlib.contextmanager
+def _profiled(path):
+    """cProfile around the block when ``path`` is set; its costliest functions (cumulative) written there."""
+    if not path:
+        yield
+        return
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(60)
+        with open(path, "w") as f:
+            f.write(text.getvalue())
 
 
 def _leaves(result):
@@ -178,6 +201,9 @@ def main() -> None:
                    help="with --one-call: model.warm_up() before the first call (the learned shapes, once each)")
     p.add_argument("--verify-first", action="store_true", help="with --one-call: compile(..., verify=True)")
     p.add_argument("--require-hit", action="store_true", help="with --one-call: compile(..., require_hit=True)")
+    p.add_argument("--profile-compile", default=None, metavar="FILE",
+                   help="with --one-call: profile compile(...) (cProfile) and write its 60 costliest functions, by "
+                        "cumulative time, to FILE (where the call's own seconds go: bench/model_table.py --profile)")
     p.add_argument("--eager", action="store_true", help="no compile: the model itself (the eager baseline)")
     p.add_argument("--steps", type=int, default=0, help="after the first call: time this many calls (steady state)")
     p.add_argument("--declare-seq", default=None, metavar="MIN:MAX",
@@ -260,9 +286,10 @@ def main() -> None:
             if args.declare_seq:
                 checked["dynamic_shapes"] = _seq_range(args.declare_seq)
             # keywords only when the model takes them: an older client's compile() has no kwargs argument
-            call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
-                                           client=client, publish=True if args.publish else (
-                                               None if args.auto_publish else False), **checked)
+            with _profiled(args.profile_compile):
+                call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
+                                               client=client, publish=True if args.publish else (
+                                                   None if args.auto_publish else False), **checked)
             if args.warm_up:  # before traffic: every learned shape once; what compiles after it is the request path's
                 out["warmed"] = call.warm_up()
                 from torch._dynamo.utils import counters as dynamo_counters

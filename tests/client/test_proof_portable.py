@@ -97,3 +97,25 @@ def test_code_that_differs_only_in_a_constants_type_is_described_apart():
     true.__code__ = true.__code__.replace(co_name="one")
     described = {portable.code(f.__code__) for f in (one, one_float, true)}
     assert len(described) == 3
+
+
+def test_a_session_describes_each_class_once_and_the_next_session_sees_a_change(monkeypatch):
+    """A proof's load describes a class for every TYPE_MATCH guard on it; inside ``session()`` the MRO's
+    members are walked once per class. The description is the one made outside a session, and a class
+    changed between two loads (a monkeypatch after a first compile()) is described anew by the next."""
+    class Patched(Wider):
+        pass
+
+    walked = []
+    real = portable._klass
+    monkeypatch.setattr(portable, "_klass", lambda cls: walked.append(cls) or real(cls))
+    with portable.session():
+        inside = {portable.klass(Patched) for _ in range(5)}
+        with portable.session():  # nested: the outer session's memo
+            inside.add(portable.klass(Patched))
+        other = portable.klass(Block)
+    assert walked == [Patched, Block]
+    assert inside == {uncached(Patched)} and other == uncached(Block)
+    monkeypatch.setattr(Block, "forward", lambda self, x: x - 1)  # a base class patched between two loads
+    with portable.session():
+        assert portable.klass(Patched) == uncached(Patched) != inside.pop()

@@ -127,7 +127,8 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     _install_aliases(graph, live_globals)
     live_locals = dict(graph.local_scope)
     live_locals["self"] = model
-    _compare(graph.guards, header["described"], live_locals, live_globals)
+    with portable.session():
+        _compare(graph.guards, header["described"], live_locals, live_globals)
     hooks.add([g.originating_source for g in graph.guards if g.create_fn_name() == HOOK_KIND], live_locals,
               live_globals)
     started = _phase(phases, "compare", started)

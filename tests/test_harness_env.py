@@ -36,3 +36,20 @@ def test_a_service_whose_port_another_service_took_starts_on_another_port(tmp_pa
             got = requests.get(second.url + "/api/v1/entries", headers={"Authorization": f"Bearer {second.token}"},
                                timeout=10)
             assert got.status_code == 200, got.text
+
+
+def test_a_profiled_block_writes_its_costliest_functions_and_an_unprofiled_one_writes_nothing(tmp_path):
+    """harness/worker.py --profile-compile (bench/model_table.py --profile): where compile()'s seconds go."""
+    from harness.worker import _profiled
+
+    def costly_phase_of_the_call():
+        return sum(i * i for i in range(20000))
+
+    out = tmp_path / "compile.txt"
+    with _profiled(str(out)):
+        costly_phase_of_the_call()
+    text = out.read_text()
+    assert "costly_phase_of_the_call" in text and "cumulative" in text
+    with _profiled(None):
+        costly_phase_of_the_call()
+    assert list(tmp_path.iterdir()) == [out]

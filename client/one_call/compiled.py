@@ -83,8 +83,9 @@ class CompiledModel:
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
         self.tags = _key_tags(model, tags, mode, self.route, torch_compile_kwargs)
         #: where compile()'s own seconds went: "key" (the spec and the key's code and config walk), "restore"
-        #: (resolve and fetch), on a hit "proof", "bind", "load" (slot.py), "background" (starting the snapshot
-        #: restore, usage and the learned packages), "total"; also in the restore report
+        #: (resolve and fetch), on a hit "proof", "bind", "load" (slot.py), on a miss "snapshot", "background"
+        #: (starting usage; a miss's learned packages), "total"; after a hit's first call "deferred" (starting its
+        #: snapshot restore and learned packages); also in the restore report
         self.phases: Dict[str, float] = {"key": round(time.monotonic() - started, 4)}
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
@@ -104,6 +105,7 @@ class CompiledModel:
         self._publish_asked = publish is True  # a build job's: it tries a package again whatever failed before
         self._publisher: Optional[publisher_mod.Publisher] = None
         self._lock = threading.Lock()
+        self._background_lock = threading.Lock()
         self._warming = False  # warm_up's calls are not the fleet's: usage does not count them
         self.warmed = None  # what ``warm_up`` ran
         self._start(started)
@@ -118,8 +120,6 @@ class CompiledModel:
             self._restore_snapshot()
             self._timed("snapshot", started)  # a miss: torch.compile's caches, before its first call
             self._fell_back(self._miss_cause(), declared=True)
-        else:
-            self._start_snapshot_restore()
         #: the calls of each input shape and how each was served, reported to the service (cachesvc_client.usage);
         #: not where the restore found the service down: its exit would wait for it again
         down = any(r is not None and r.service_down for r in (self.report, getattr(self, "snapshot", None)))
@@ -127,7 +127,13 @@ class CompiledModel:
         #: the packages of the other shapes the fleet served, fetched in the background (learned.py); a miss that
         #: publishes fetches them after its publish traced the model (a proof's load writes the globals it reads)
         self._down = down
-        self._learned = None if down or (self._slot is None and self._publish) else self._start_learning()
+        self._learned = None
+        #: a hit's background work (the snapshot restore, the learned packages) starts once the first call has its
+        #: output, or at the first call the package does not serve, or at warm_up(): started here it shared the
+        #: GIL with the package's first run, the part of the first output the one call changes
+        self._deferred = self._slot is not None
+        if self._slot is None and not (down or self._publish):
+            self._learned = self._start_learning()
         self._timed("background", started)
         self.phases["total"] = round(time.monotonic() - started, 4)
         if self.report is not None:
@@ -194,6 +200,19 @@ class CompiledModel:
             return ""
         return str((snapshot.meta or {}).get(support.PACKAGE_FAILED) or "")
 
+    def _start_deferred(self) -> None:
+        """A hit's background work, once (``_deferred``): the snapshot restore, then the learned packages.
+        Its seconds are ``phases["deferred"]``, spent after compile() returned (not in "total")."""
+        with self._background_lock:
+            if not self._deferred:
+                return
+            self._deferred = False
+            started = time.monotonic()
+            self._start_snapshot_restore()
+            if not self._down:
+                self._learned = self._start_learning()
+            self.phases["deferred"] = round(time.monotonic() - started, 4)
+
     def _start_snapshot_restore(self) -> None:
         """A hit: restore the key's snapshot in the background, so a call off the spec (another batch
         size) compiles from Inductor's cache, not cold. Never on the hit's path: a failure only logs."""
@@ -204,6 +223,7 @@ class CompiledModel:
             log.warning("cachesvc compile %s: the background snapshot restore did not start: %s", self.name, exc)
 
     def _await_snapshot(self, timeout: float = SNAPSHOT_WAIT_S) -> None:
+        self._start_deferred()  # torch.compile before the first served call returned (verify found a difference)
         future, self._snapshot_future = self._snapshot_future, None
         if future is None:
             return
@@ -232,9 +252,11 @@ class CompiledModel:
                 out = self._first_checked(slot.runner, flat, args, kwargs) if self._verify else slot.runner(*flat)
                 if self._slot is not None:
                     self._report_hit(self.load_seconds + time.monotonic() - started)
+                self._start_deferred()
                 return out
             if slot.dead:
                 self._slot = None
+        self._start_deferred()
         learned = self._learned.find(args, kwargs) if self._learned is not None else None
         if learned is not None:
             return self._serve_learned(*learned, args, kwargs)
@@ -311,6 +333,7 @@ class CompiledModel:
         nothing compile() started still runs beside the first requests); no shape starts after ``timeout`` s.
         Call it as the model is served (under ``torch.no_grad()`` where that is how); its calls are not
         counted as the fleet's usage."""
+        self._start_deferred()
         self._warming = True
         started = time.monotonic()
         try:
@@ -330,7 +353,9 @@ class CompiledModel:
     @property
     def learned(self) -> Dict[str, Any]:
         """The learned shapes' packages: served (shape, calls), skipped (shape: why), seconds, done."""
-        return self._learned.info() if self._learned else {"packages": [], "skipped": {}, "seconds": None, "done": True}
+        if self._learned:
+            return self._learned.info()
+        return {"packages": [], "skipped": {}, "seconds": None, "done": not self._deferred}
 
     @property
     def usage(self) -> Dict[str, Dict[str, int]]:

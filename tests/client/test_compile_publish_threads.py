@@ -6,7 +6,9 @@ serving thread ran compiled calls: both set torch.fx's module-level node
 metadata. So no torch.export, and no Inductor build,
 may run in the background thread beside the serving one. These spy on the
 real functions (calling through), keep calling the compiled model while the
-publish runs, and check who ran what.
+publish runs, and check who ran what. Then a restart served by that package:
+its background work (the snapshot restore, the learned packages) starts only
+once its first call has its output, not beside the package's first run.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cachesvc_client  # noqa: E402
-from cachesvc_client.one_call import support  # noqa: E402
+from cachesvc_client.one_call import compiled as compiled_mod, support  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 from tests.helpers.backends import one_backend  # noqa: E402
 from tests.helpers.client import client_for, enter_container  # noqa: E402
@@ -62,3 +64,22 @@ def test_a_miss_exports_in_the_calling_thread_and_builds_the_package_in_a_child(
     assert exporters == [threading.main_thread().name], exporters  # once, in the thread that called
     assert in_process_builds == [], in_process_builds  # Inductor built the package in a child process
     assert calls > 1  # the model served during the build
+    # A restart served by that package starts nothing beside its first call: the snapshot restore and the
+    # learned packages wait for the first call's output (they shared the interpreter with the package's
+    # first run), then start once, even as more calls come.
+    enter_container(monkeypatch, tmp_path / "b")
+    started = []
+    client = client_for(live_server.url)
+    real_restore, real_learned = client.start_restore, compiled_mod.Learned.start
+    monkeypatch.setattr(client, "start_restore", lambda *a, **kw: started.append("snapshot") or real_restore(*a, **kw))
+    monkeypatch.setattr(compiled_mod.Learned, "start", lambda self: started.append("learned") or real_learned(self))
+    hit = cachesvc_client.compile(model, (x,), name="threads", client=client, publish=False)
+    assert hit.source == "artifact" and started == [] and "deferred" not in hit.phases, (hit.miss_reason, started)
+    assert hit.learned["done"] is False  # not started yet: not "done"
+    with torch.no_grad():
+        torch.testing.assert_close(hit(x), want)
+        assert started == ["snapshot", "learned"] and hit.phases["deferred"] >= 0, started
+        torch.testing.assert_close(hit(x), want)
+    assert started == ["snapshot", "learned"] and hit.calls == {"artifact": 2, "torch.compile": 0}
+    hit._await_snapshot()  # the restore started after the first call finishes
+    assert hit.snapshot is not None and hit.snapshot.hit, hit.snapshot

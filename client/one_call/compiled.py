@@ -2,23 +2,21 @@
 
 A hit: the package runs each call that matches its spec, on the model's tensors as they are
 (binding.py: a replaced parameter is rebound, or the call goes to torch.compile); with
-``verify=True`` its first output is compared with eager's first. Meanwhile the key's snapshot is
-restored in the background, so a call off the spec (another batch size) compiles from Inductor's
-cache. A miss: the snapshot is restored, torch.compile serves, and the publish starts after the first
-call (publisher.py). Every fall-back to torch.compile is logged once per cause, and ``calls.why``
+``verify=True`` its first output is compared with eager's first. Once the first call has its output,
+the key's snapshot is restored in the background, so a call off the spec (another batch size)
+compiles from Inductor's cache. A miss: the snapshot is restored, torch.compile serves, and the
+publish starts after the first call (publisher.py). Every fall-back to torch.compile is logged once per cause, and ``calls.why``
 and the restore report's ``warnings`` say why.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import calls, identity, publisher as publisher_mod, shapes as shapes_mod, spec as spec_mod, support
-from . import verify as verify_mod, warmup
-from .learned import Learned, learned_limit
+from . import calls, learned as learned_mod, publisher as publisher_mod, shapes as shapes_mod, spec as spec_mod
+from . import support, verify as verify_mod, warmup
 from .slot import Slot, open_slot
 from .. import usage
 from ..errors import HitRequired
@@ -28,21 +26,6 @@ log = logging.getLogger("cachesvc_client")
 SNAPSHOT_WAIT_S = 60.0
 #: how long an exiting process waits for its hit's report to the service
 VERDICT_AT_EXIT_S = 5.0
-
-
-def _key_tags(model: Any, tags: Optional[Mapping[str, str]], mode: Optional[str], route: str,
-              options: Mapping[str, Any]) -> Dict[str, str]:
-    """The key's tags: the caller's, the mode and route, and the code and config (identity.py): same names and
-    shapes but another forward or setting is another key."""
-    return {**dict(tags or {}), "mode": mode or "default", "compile": route,
-            "structure": spec_mod.structure_fingerprint(model),
-            "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
-            "options": _options_digest(mode, options)}
-
-
-def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
-    text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class Calls(dict):
@@ -81,7 +64,7 @@ class CompiledModel:
         self.shape = self.spec.signature(base) if self.spec is not None else base
         #: reduce-overhead on a GPU: a hit replays the package's run from a CUDA graph (graph.py)
         self.cuda_graph = support.wants_cuda_graph(mode, self.device)
-        self.tags = _key_tags(model, tags, mode, self.route, torch_compile_kwargs)
+        self.tags = spec_mod.key_tags(model, tags, mode, self.route, torch_compile_kwargs)
         #: where compile()'s own seconds went: "key" (the spec and the key's code and config walk), "restore"
         #: (resolve and fetch), on a hit "proof", "bind", "load" (slot.py), on a miss "snapshot", "background"
         #: (starting usage; a miss's learned packages), "total"; after a hit's first call "deferred" (starting its
@@ -133,7 +116,7 @@ class CompiledModel:
         #: GIL with the package's first run, the part of the first output the one call changes
         self._deferred = self._slot is not None
         if self._slot is None and not (down or self._publish):
-            self._learned = self._start_learning()
+            self._learned = learned_mod.start(self)
         self._timed("background", started)
         self.phases["total"] = round(time.monotonic() - started, 4)
         if self.report is not None:
@@ -166,15 +149,6 @@ class CompiledModel:
                  self.name, report.version_id, self.load_seconds,
                  ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items()))
 
-    def _start_learning(self) -> Optional[Learned]:
-        """Fetch the key family's packages of other shapes in the background (none off the package route)."""
-        limit = learned_limit()
-        if self.route != "aoti" or limit == 0 or not getattr(self.client, "url", ""):
-            return None
-        learned = Learned(self, limit)
-        learned.start()
-        return learned
-
     def _restore_snapshot(self) -> None:
         """A miss: bring back the key's snapshot (a previous publish's kernels) so torch.compile hits it.
         Not when the artifact's restore found the service down: a second try would cost the process
@@ -186,19 +160,11 @@ class CompiledModel:
 
     def _miss_cause(self) -> str:
         """Why there is no package: the miss's reason, and what the process that compiled this key said
-        when its package failed (its snapshot's meta: support.PACKAGE_FAILED), so a restarted process
-        names the builder's cause (which node, why) rather than only "no package"."""
+        when its package failed, so a restarted process names the builder's cause (which node, why) rather
+        than only "no package"."""
         cause = self.miss_reason or "no published artifact for this key"
-        snapshot = getattr(self, "snapshot", None)
-        built = (snapshot.meta or {}).get(support.PACKAGE_FAILED) if snapshot is not None and snapshot.hit else None
+        built = support.package_failed(getattr(self, "snapshot", None))
         return f"{cause}; the process that compiled it published no package: {built}" if built else cause
-
-    def _recorded_failure(self) -> str:
-        """Why the process that compiled this key published no package, from the snapshot restored at the miss."""
-        snapshot = getattr(self, "snapshot", None)
-        if snapshot is None or not snapshot.hit:
-            return ""
-        return str((snapshot.meta or {}).get(support.PACKAGE_FAILED) or "")
 
     def _start_deferred(self) -> None:
         """A hit's background work, once (``_deferred``): the snapshot restore, then the learned packages.
@@ -210,7 +176,7 @@ class CompiledModel:
             started = time.monotonic()
             self._start_snapshot_restore()
             if not self._down:
-                self._learned = self._start_learning()
+                self._learned = learned_mod.start(self)
             self.phases["deferred"] = round(time.monotonic() - started, 4)
 
     def _start_snapshot_restore(self) -> None:
@@ -399,7 +365,7 @@ class CompiledModel:
         except Exception as exc:  # noqa: BLE001 - e.g. a bad env file: the call's result is still good
             log.warning("cachesvc compile %s: not publishing: %s", self.name, exc)
             return
-        known = "" if self._publish_asked else self._recorded_failure()
+        known = "" if self._publish_asked else support.package_failed(getattr(self, "snapshot", None))
         if known:
             log.info("cachesvc compile %s: not building a package: the process that compiled this key could not (%s); "
                      "a build with other code or another torch, or compile(publish=True), tries again", self.name, known)
@@ -408,7 +374,7 @@ class CompiledModel:
         self._publisher.export()
         self._publisher.start()
         if self._learned is None and not self._down:
-            self._learned = self._start_learning()
+            self._learned = learned_mod.start(self)
 
     def wait_published(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
         """Wait for the background publish; return {"snapshot": report dict, "artifact": report dict or error}.

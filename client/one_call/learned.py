@@ -32,6 +32,17 @@ log = logging.getLogger("cachesvc_client")
 LEARNED_PACKAGES = 16
 
 
+def start(compiled: Any) -> Optional["Learned"]:
+    """``compiled``'s key family's packages of other shapes, fetched in the background; None off the package
+    route, with ``CACHESVC_LEARNED_PACKAGES=0``, or without a service."""
+    limit = learned_limit()
+    if compiled.route != "aoti" or limit == 0 or not getattr(compiled.client, "url", ""):
+        return None
+    learned = Learned(compiled, limit)
+    learned.start()
+    return learned
+
+
 def learned_limit() -> int:
     """How many learned packages a process fetches: CACHESVC_LEARNED_PACKAGES, else ``LEARNED_PACKAGES``."""
     given = settings.current().learned_packages

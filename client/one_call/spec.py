@@ -13,7 +13,9 @@ torch is imported by the caller; these functions only use the objects given.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from . import identity
 
 FINGERPRINT_CHARS = 16  # of the sha256: the tag's value
 
@@ -49,3 +51,18 @@ def grad_wanted(args: Sequence[Any], model: Any) -> Optional[str]:
         return "autograd is on and the model has parameters that require grad (call it under torch.no_grad() " \
                "or torch.inference_mode() to use the precompiled artifact)"
     return None
+
+
+def key_tags(model: Any, tags: Optional[Mapping[str, str]], mode: Optional[str], route: str,
+             options: Mapping[str, Any]) -> Dict[str, str]:
+    """The key's tags: the caller's, the mode and route, the structure, and the code and config (identity.py):
+    same names and shapes but another forward or setting is another key."""
+    return {**dict(tags or {}), "mode": mode or "default", "compile": route,
+            "structure": structure_fingerprint(model),
+            "code": identity.code_fingerprint(model), "config": identity.config_fingerprint(model),
+            "options": _options_digest(mode, options)}
+
+
+def _options_digest(mode: Optional[str], kwargs: Mapping[str, Any]) -> str:
+    text = repr((mode or "default", sorted((k, repr(v)) for k, v in kwargs.items())))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -49,6 +49,14 @@ def choose_route(example_inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> Tu
     return ("torch", why) if why else ("aoti", "AOTInductor package + C++ loader")
 
 
+def package_failed(snapshot: Any) -> str:
+    """Why the process that compiled a key published no package, from its snapshot restored here (its meta:
+    ``PACKAGE_FAILED``); "" when it did not say or nothing was restored."""
+    if snapshot is None or not getattr(snapshot, "hit", False):
+        return ""
+    return str((snapshot.meta or {}).get(PACKAGE_FAILED) or "")
+
+
 def support() -> Optional[str]:
     """None when this torch can build and load a package without weights; else why not."""
     import torch

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cachesvc_client  # noqa: E402
-from cachesvc_client.one_call import compiled as compiled_mod, support  # noqa: E402
+from cachesvc_client.one_call import learned as learned_mod, support  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 from tests.helpers.backends import one_backend  # noqa: E402
 from tests.helpers.client import client_for, enter_container  # noqa: E402
@@ -70,9 +70,9 @@ def test_a_miss_exports_in_the_calling_thread_and_builds_the_package_in_a_child(
     enter_container(monkeypatch, tmp_path / "b")
     started = []
     client = client_for(live_server.url)
-    real_restore, real_learned = client.start_restore, compiled_mod.Learned.start
+    real_restore, real_learned = client.start_restore, learned_mod.Learned.start
     monkeypatch.setattr(client, "start_restore", lambda *a, **kw: started.append("snapshot") or real_restore(*a, **kw))
-    monkeypatch.setattr(compiled_mod.Learned, "start", lambda self: started.append("learned") or real_learned(self))
+    monkeypatch.setattr(learned_mod.Learned, "start", lambda self: started.append("learned") or real_learned(self))
     hit = cachesvc_client.compile(model, (x,), name="threads", client=client, publish=False)
     assert hit.source == "artifact" and started == [] and "deferred" not in hit.phases, (hit.miss_reason, started)
     assert hit.learned["done"] is False  # not started yet: not "done"

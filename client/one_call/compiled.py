@@ -176,7 +176,10 @@ class CompiledModel:
             started = time.monotonic()
             self._start_snapshot_restore()
             if not self._down:
-                self._learned = learned_mod.start(self)
+                try:
+                    self._learned = learned_mod.start(self)
+                except Exception as exc:  # noqa: BLE001 - in the first call's path: its output is served either way
+                    log.warning("cachesvc compile %s: the learned packages are not fetched: %s", self.name, exc)
             self.phases["deferred"] = round(time.monotonic() - started, 4)
 
     def _start_snapshot_restore(self) -> None:

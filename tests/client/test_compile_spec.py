@@ -187,3 +187,27 @@ def test_a_call_of_plain_tensors_is_flattened_as_pytree_flattens_it():
             assert why is None and all(x is y for x, y in zip(flat, calls.leaves(*example)[0], strict=True))
 
     check()
+
+
+def test_a_hits_background_work_starts_once_and_its_trouble_stays_a_log_line(monkeypatch, caplog):
+    """compiled.py: a hit starts its snapshot restore and learned packages in the first call's path, after
+    its output: once, whoever asks again, and a failure to start them is a log line, never the call's error."""
+    import threading
+    import types
+
+    from cachesvc_client.one_call import compiled, learned
+
+    started = []
+
+    def refuse(_compiled):
+        started.append("learned")
+        raise RuntimeError("no thread for you")
+
+    monkeypatch.setattr(learned, "start", refuse)
+    hit = types.SimpleNamespace(_background_lock=threading.Lock(), _deferred=True, _down=False, phases={},
+                                name="tiny", _learned=None, _start_snapshot_restore=lambda: started.append("snapshot"))
+    with caplog.at_level("WARNING", logger="cachesvc_client"):
+        for _ in range(3):
+            compiled.CompiledModel._start_deferred(hit)
+    assert started == ["snapshot", "learned"] and hit._learned is None and hit.phases["deferred"] >= 0
+    assert "the learned packages are not fetched: no thread for you" in caplog.text

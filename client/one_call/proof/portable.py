@@ -69,27 +69,41 @@ def function(fn: Any, depth: int = 0) -> str:
     return "fn:" + _digest(parts)
 
 
-#: each class's own part of a description, with the members it was made from: (members, parts) by class
-_OWN: "weakref.WeakKeyDictionary[type, Tuple[tuple, list]]" = weakref.WeakKeyDictionary()
+#: each class's own part of a description, with the members it was made from and the classes those named:
+#: (members, parts, {class: its description then}) by class
+_OWN: "weakref.WeakKeyDictionary[type, Tuple[tuple, list, dict]]" = weakref.WeakKeyDictionary()
+#: class attributes that are caches, not members: copyreg writes ``__slotnames__`` on a class the first time
+#: one of its instances is pickled or copied (a proof's capture pickles tensors: torch.Tensor gains it, and a
+#: restart that had pickled none described torch.Tensor, and every class annotated with it, otherwise)
+CACHED = frozenset({"__slotnames__"})
+#: per thread, for each ``_own`` being made (innermost last), the classes its members named, described
+_NAMED = threading.local()
 
 
 def _own(c: type) -> list:
     """``c``'s name and the members it defines, described. Kept per class and used again only while the
-    class holds the very same member objects: a method replaced after a description (a monkeypatch in the
-    same process) is described anew. The members kept alive by the cache cannot have their ids reused. A
-    transformer's classes share most of their MRO (nn.Module's 150 members): GPT-2's proof described
-    them for each of its 40 classes."""
-    members = tuple(sorted(vars(c).items(), key=lambda kv: kv[0]))
+    class holds the very same member objects and every class those name (an annotation's ``torch.Tensor``,
+    a class attribute's class) is still described as it was: a method replaced after a description (a
+    monkeypatch in the same process), here or in a class a member names, is described anew. The members
+    kept alive by the cache cannot have their ids reused. A transformer's classes share most of their MRO
+    (nn.Module's 150 members): GPT-2's proof described them for each of its 40 classes."""
+    members = tuple(sorted(((k, v) for k, v in vars(c).items() if k not in CACHED), key=lambda kv: kv[0]))
     try:
         kept = _OWN.get(c)
     except TypeError:  # a class that cannot be a weak key: described each time
         kept = None
     if kept is not None and len(kept[0]) == len(members) and all(
-            a[0] == b[0] and a[1] is b[1] for a, b in zip(kept[0], members)):
+            a[0] == b[0] and a[1] is b[1] for a, b in zip(kept[0], members)) and all(
+            klass(named) == then for named, then in kept[2].items()):
         return kept[1]
-    parts = [_fqn(c)] + [(name, _member(attr)) for name, attr in members]
+    stack = _NAMED.__dict__.setdefault("stack", [])
+    stack.append({})
     try:
-        _OWN[c] = (members, parts)
+        parts = [_fqn(c)] + [(name, _member(attr)) for name, attr in members]
+    finally:
+        named = stack.pop()
+    try:
+        _OWN[c] = (members, parts, named)
     except TypeError:
         pass
     return parts
@@ -107,11 +121,16 @@ def klass(cls: type) -> str:
     """A class: the qualified names along its MRO and every member each defines (methods by code)."""
     classes = getattr(_SESSION, "classes", None)
     if classes is None:
-        return f"class:{_fqn(cls)}:" + _klass(cls)
-    described = classes.get(id(cls))
-    if described is None or described[0] is not cls:
-        described = classes[id(cls)] = (cls, f"class:{_fqn(cls)}:" + _klass(cls))
-    return described[1]
+        text = f"class:{_fqn(cls)}:" + _klass(cls)
+    else:
+        described = classes.get(id(cls))
+        if described is None or described[0] is not cls:
+            described = classes[id(cls)] = (cls, f"class:{_fqn(cls)}:" + _klass(cls))
+        text = described[1]
+    stack = getattr(_NAMED, "stack", None)
+    if stack:  # a member of the class being described names this one: its kept description depends on it
+        stack[-1][cls] = text
+    return text
 
 
 #: the classes described inside ``session()``, per thread: ``{id(cls): (cls, description)}``

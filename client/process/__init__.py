@@ -10,6 +10,7 @@ needs patched here, and the compiler a package is built with.
     torch_fixes     workarounds for torch releases whose warm caches still re-tune kernels
     torch_support   what this process's torch can make and load (the one-file kinds' probes)
     cxx             the compiler a package's wrapper is built with: Inductor's own, its C++ runtime linked in
+    collector       the garbage collector's seconds inside a stretch of work (compile()'s phases)
 
 The room is named ``process``, not ``environment``: ``cachesvc_client.environment`` is the public
 function (a submodule of that name would replace it as the package's attribute on import). The door is

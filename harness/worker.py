@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -286,10 +287,13 @@ def main() -> None:
             if args.declare_seq:
                 checked["dynamic_shapes"] = _seq_range(args.declare_seq)
             # keywords only when the model takes them: an older client's compile() has no kwargs argument
+            before_gc = gc.get_threshold()[-1]
             with _profiled(args.profile_compile):
                 call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
                                                client=client, publish=True if args.publish else (
                                                    None if args.auto_publish else False), **checked)
+            # compile()'s hold on the full collections (process/collector.py): held on a hit until its first output
+            out["gc_oldest_threshold"] = {"before": before_gc, "after_compile": gc.get_threshold()[-1]}
             if args.warm_up:  # before traffic: every learned shape once; what compiles after it is the request path's
                 out["warmed"] = call.warm_up()
                 from torch._dynamo.utils import counters as dynamo_counters
@@ -305,6 +309,8 @@ def main() -> None:
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         out["first_call_s"] = time.perf_counter() - t
+        if "gc_oldest_threshold" in out:
+            out["gc_oldest_threshold"]["after_first_call"] = gc.get_threshold()[-1]
         out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
         out["imported"] = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton",
                                                          "torch._inductor.compile_fx", "torch._inductor.graph")}

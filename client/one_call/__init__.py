@@ -45,6 +45,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from .compiled import CompiledModel
+from .. import settings
+from ..process.collector import CollectorClock, hold_full_collections
 from .support import ROUTE_VAR, ROUTES, choose_route
 
 __all__ = ["CompiledModel", "ROUTES", "ROUTE_VAR", "choose_route", "compile"]
@@ -70,6 +72,21 @@ def compile(model: Any, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, 
     torch.compile on the declared inputs, raises HitRequired (a CacheClientError) naming why.
     Otherwise never raises for cache trouble: the model then compiles as usual.
     """
-    return CompiledModel(model, tuple(args), dict(kwargs or {}), name=name, mode=mode, client=client, tags=tags,
-                         publish=publish, torch_compile_kwargs=torch_compile_kwargs, verify=verify,
-                         require_hit=require_hit, declared={"dynamic_shapes": dynamic_shapes, "examples": examples})
+    held = hold_full_collections() if settings.current().gc_hold else None
+    try:
+        with CollectorClock() as collector:
+            compiled = CompiledModel(model, tuple(args), dict(kwargs or {}), name=name, mode=mode, client=client,
+                                     tags=tags, publish=publish, torch_compile_kwargs=torch_compile_kwargs,
+                                     verify=verify, require_hit=require_hit,
+                                     declared={"dynamic_shapes": dynamic_shapes, "examples": examples})
+    except BaseException:  # declared shapes that are wrong, require_hit's miss: nothing left held behind
+        if held is not None:
+            held.release()
+        raise
+    # not one more step: the collections ran inside the steps above, and their seconds are in theirs too
+    compiled.phases["gc"] = round(collector.seconds, 4)
+    if held is not None and compiled.source == "artifact":
+        compiled.gc_hold = held  # let go at the first output (CompiledModel._start_deferred)
+    elif held is not None:
+        held.release()  # a miss: torch.compile's own allocations come next, and are its to pay
+    return compiled

@@ -68,7 +68,8 @@ class CompiledModel:
         #: where compile()'s own seconds went: "key" (the spec and the key's code and config walk), "restore"
         #: (resolve and fetch), on a hit "proof", "bind", "load" (slot.py), on a miss "snapshot", "background"
         #: (starting usage; a miss's learned packages), "total"; after a hit's first call "deferred" (starting its
-        #: snapshot restore and learned packages); also in the restore report
+        #: snapshot restore and learned packages); "gc" (compile(): the garbage collector's seconds inside the
+        #: others, process/collector.py); also in the restore report
         self.phases: Dict[str, float] = {"key": round(time.monotonic() - started, 4)}
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
@@ -115,6 +116,7 @@ class CompiledModel:
         #: output, or at the first call the package does not serve, or at warm_up(): started here it shared the
         #: GIL with the package's first run, the part of the first output the one call changes
         self._deferred = self._slot is not None
+        self.gc_hold: Any = None  # compile()'s hold on the full collections, on a hit until its first output
         if self._slot is None and not (down or self._publish):
             self._learned = learned_mod.start(self)
         self._timed("background", started)
@@ -168,7 +170,10 @@ class CompiledModel:
 
     def _start_deferred(self) -> None:
         """A hit's background work, once (``_deferred``): the snapshot restore, then the learned packages.
-        Its seconds are ``phases["deferred"]``, spent after compile() returned (not in "total")."""
+        Its seconds are ``phases["deferred"]``, spent after compile() returned (not in "total"). The held full
+        collections are let go first: the background work's allocations may run one, after the first output."""
+        if self.gc_hold is not None:
+            self.gc_hold.release()
         with self._background_lock:
             if not self._deferred:
                 return

@@ -73,9 +73,14 @@ def test_a_restarted_container_loads_it_without_tracing_or_compiling(published):
     # where compile()'s own seconds went, each phase timed once: what a slow start is read from
     phases = warm["compile"]["phases"]
     # "deferred": the snapshot restore and the learned packages, started once the first call had its output
-    assert set(phases) == {"key", "restore", "proof", "bind", "load", "background", "total", "deferred"}, phases
+    # "gc": the collector's seconds, already inside the phase each collection interrupted
+    assert set(phases) == {"key", "restore", "proof", "bind", "load", "background", "total", "deferred", "gc"}, phases
     assert all(v >= 0 for v in phases.values()) and phases["restore"] > 0 and phases["load"] > 0, phases
-    parts = sum(v for k, v in phases.items() if k not in ("total", "deferred"))
+    assert phases["gc"] <= phases["total"], phases
+    # the full collections held from compile() to the first output, then let go (process/collector.py)
+    held = warm["gc_oldest_threshold"]
+    assert held["after_compile"] > 10**6 and held["after_first_call"] == held["before"], held
+    parts = sum(v for k, v in phases.items() if k not in ("total", "deferred", "gc"))
     assert parts <= phases["total"] + 0.01 and phases["total"] <= warm["compile"]["load_s"] + parts, phases
     # and the proof's own: Dynamo's imports (this process had none before), then the guard tree over the model
     proof = warm["compile"]["proof_phases"]
@@ -91,8 +96,9 @@ def dynamo_alone_imports_triton() -> bool:
 
 def test_another_shape_at_call_time_falls_back_to_torch_compile(published):
     svc, ctr, _ = published
-    r = run(ctr, svc, "--model", "mlp", "--also-batch", "4")
+    r = run(ctr, svc, "--model", "mlp", "--also-batch", "4", CACHESVC_GC_HOLD="0")
     assert r["compile"]["source"] == "artifact" and r["compile"]["calls"] == {"artifact": 1, "torch.compile": 1}
+    assert r["gc_oldest_threshold"]["after_compile"] == r["gc_oldest_threshold"]["before"]  # the hold turned off
     assert r["also_batch_max_abs_diff"] < TOL and r["counters_all"]["frames"]["ok"] >= 1
 
 
@@ -108,7 +114,9 @@ def test_a_changed_model_or_torch_misses_and_compiles(published, flags, env, why
     assert r["max_abs_diff"] < TOL and r["counters_all"]["frames"]["ok"] >= 1
     # a miss restores its snapshot before the first call: a phase of its own, and nothing was opened
     phases = r["compile"]["phases"]
-    assert {"key", "restore", "snapshot", "background", "total"} == set(phases), phases
+    assert {"key", "restore", "snapshot", "background", "total", "gc"} == set(phases), phases
+    # a miss lets the held full collections go at once: torch.compile's allocations come next
+    assert r["gc_oldest_threshold"]["after_compile"] == r["gc_oldest_threshold"]["before"]
 
 
 # -- the shapes the fleet learned (issue 41) ------------------------------------------------------------

@@ -40,6 +40,8 @@ MODELS = "bert,gpt2,roberta,distilbert,opt,llama,t5,vit"
 #: what every row's containers get besides their own folders: ``--transformers-path`` puts that folder first on
 #: their PYTHONPATH (another transformers, e.g. 4.57 beside the venv's 5.x: ``pip install --target``)
 WORKER_ENV: Dict[str, str] = {}
+#: ``--ab-env K=V``: a third container each repeat, the restart again with these variables (an A/B in one run)
+AB_ENV: Dict[str, str] = {}
 #: ``--profile DIR``: each restart's compile() profiled (cProfile, harness/worker.py), one text file a restart
 PROFILE_DIR: Optional[Path] = None
 DTYPE_SUFFIX = {"fp32": "", "bf16": "-bf16", "fp16": "-fp16"}
@@ -63,7 +65,7 @@ def _pairs(work: Path, svc, stem: str, timed: List[str], repeats: int) -> Tuple[
     """Eager and the restart, ``repeats`` times each, alternating, each in a fresh container: (the median eager
     sample, the median restart sample, every sample's first output and first call). One sample of a GPU row
     moved by up to 0.4x between runs (the model's build before the first call varies by seconds)."""
-    eagers, restarts = [], []
+    eagers, restarts, variants = [], [], []
     for i in range(repeats):
         suffix = f"-{i}" if repeats > 1 else ""
         eagers.append(Container(work / "containers", f"eager-{stem}{suffix}").run_worker(*timed, "--eager",
@@ -71,12 +73,20 @@ def _pairs(work: Path, svc, stem: str, timed: List[str], repeats: int) -> Tuple[
         profiled = ["--profile-compile", str(PROFILE_DIR / f"compile-{stem}{suffix}.txt")] if PROFILE_DIR else []
         restarts.append(Container(work / "containers", f"restart-{stem}{suffix}").run_worker(
             *timed, "--one-call", *profiled, **svc.client_env(), **WORKER_ENV))
+        if AB_ENV:
+            variants.append(Container(work / "containers", f"restart-ab-{stem}{suffix}").run_worker(
+                *timed, "--one-call", **svc.client_env(), **WORKER_ENV, **AB_ENV))
     routes = {r["compile"]["source"] for r in restarts}
     if len(routes) > 1:
         raise RuntimeError(f"the restarts of {stem} were not all served alike: {sorted(routes)}")
     samples = {"eager_ready_s": [e["ready_s"] for e in eagers], "restart_ready_s": [r["ready_s"] for r in restarts],
                "eager_first_call_s": [e["first_call_s"] for e in eagers],
                "restart_first_call_s": [r["first_call_s"] for r in restarts]}
+    if variants:  # the same restart with --ab-env: its first outputs and compile()'s phases, beside the others
+        samples.update(ab_env=AB_ENV, ab_ready_s=[v["ready_s"] for v in variants],
+                       ab_first_call_s=[v["first_call_s"] for v in variants],
+                       ab_phases=[v["compile"].get("phases") for v in variants],
+                       restart_phases=[r["compile"].get("phases") for r in restarts])
     return _median_run(eagers), _median_run(restarts), samples
 
 
@@ -178,10 +188,13 @@ def main(argv=None) -> List[Dict]:
     p.add_argument("--transformers-path", default=None, metavar="DIR",
                    help="a folder put first on every container's PYTHONPATH: another transformers (pip install "
                         "--target DIR --no-deps transformers==4.57.6 huggingface_hub==0.36.2 tokenizers==0.22.2)")
+    p.add_argument("--ab-env", action="append", default=[], metavar="K=V",
+                   help="each repeat also runs the restart with these variables, alternating: samples' ab_*")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="profile each restart's compile() (cProfile): DIR/compile-MODEL-MODE[-N].txt, its 60 "
                         "costliest functions by cumulative time (the profiler slows what it measures: not for the table)")
     args = p.parse_args(argv)
+    AB_ENV.update(kv.split("=", 1) for kv in args.ab_env)
     global PROFILE_DIR
     if args.profile:
         PROFILE_DIR = Path(args.profile).resolve()

@@ -7,6 +7,9 @@ the variants taking turns each round:
   nomemo    portable.session off: a class described again for each guard on it (the code before it)
   nolog     as shipped, torch's structured-trace handler detached first: what formatting the guard tree as
             text costs (torch does it whenever that handler is installed, TORCH_TRACE or not)
+  nogc      as shipped, the garbage collector off during the load: what its collections cost there
+
+Every sample also says how long the collector ran inside the load (``gc_s``, ``gc_full``: process/collector.py).
 
     python bench/probes/proof_load_ab.py --model llama-large-bf16 --rounds 3 --out proof-load-ab.jsonl
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import subprocess
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-VARIANTS = ("nomemo", "session", "nolog")
+VARIANTS = ("nomemo", "session", "nolog", "nogc")
 
 
 def child(name: str, device: str, variant: str, path: str) -> dict:
@@ -51,10 +55,16 @@ def child(name: str, device: str, variant: str, path: str) -> dict:
 
         for handler in list(trace_log.handlers):
             trace_log.removeHandler(handler)
+    from cachesvc_client.process.collector import CollectorClock
+
     data = Path(path).read_bytes()
+    if variant == "nogc":
+        gc.disable()
     started = time.perf_counter()
-    loaded = proof.Proof.load(data, model)
-    return {"load_s": round(time.perf_counter() - started, 4),
+    with CollectorClock() as collector:
+        loaded = proof.Proof.load(data, model)
+    return {"load_s": round(time.perf_counter() - started, 4), "gc_s": round(collector.seconds, 4),
+            "gc_full": collector.full, "objects": len(gc.get_objects()),
             "phases": {k: round(v, 4) for k, v in loaded.phases.items()}}
 
 

@@ -11,6 +11,7 @@ Turning the collector off altogether would also stop the young collections and l
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -77,6 +78,20 @@ class FullCollectionHold:
                 if gc.get_threshold()[OLDEST] == _NEVER:  # else someone set their own since: theirs stays
                     gc.set_threshold(*_saved)
                 _saved = None
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while a hold was on (a DataLoader's workers started before the first call) has no timer
+    and no first output of its own to end it: it starts with the thresholds the hold had saved."""
+    global _holders, _saved, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    if _holders and _saved is not None and gc.get_threshold()[OLDEST] == _NEVER:
+        gc.set_threshold(*_saved)
+    _holders, _saved = 0, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def hold_full_collections(max_s: float = 30.0) -> FullCollectionHold:

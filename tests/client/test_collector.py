@@ -108,3 +108,22 @@ def test_a_hold_nobody_releases_ends_by_itself(thresholds):
     while gc.get_threshold() != thresholds and time.monotonic() < deadline:
         time.sleep(0.01)
     assert gc.get_threshold() == thresholds
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_child_forked_during_a_hold_starts_with_the_saved_thresholds(thresholds):
+    import os
+
+    held = hold_full_collections()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its thresholds, then leave without pytest's teardown
+        os.write(write, repr(gc.get_threshold()).encode())
+        os._exit(0)
+    os.close(write)
+    seen = os.read(read, 200).decode()
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert gc.get_threshold()[OLDEST] > 10**6  # the parent still holds
+    held.release()
+    assert seen == repr(thresholds)

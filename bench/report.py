@@ -255,11 +255,13 @@ def first_calls(r: dict) -> str:
 
 def call_phases(phases: Optional[dict]) -> str:
     """The restart's ``compile()`` seconds (``model.phases``): its total, then the key's walk, the proof and the
-    rest (restore, bind, load, the background start); "-" for rows measured before the phases were kept."""
+    rest (restore, bind, load, the background start), and the collector's share of them where it was kept; "-"
+    for rows measured before the phases were kept."""
     if not phases or "total" not in phases:
         return "-"
     key, proof = phases.get("key", 0.0), phases.get("proof", 0.0)
-    return f"{phases['total']:.2f}: {key:.2f} / {proof:.2f} / {phases['total'] - key - proof:.2f}"
+    gc = f" (gc {phases['gc']:.2f})" if "gc" in phases else ""  # inside the others: rows since it was kept
+    return f"{phases['total']:.2f}: {key:.2f} / {proof:.2f} / {phases['total'] - key - proof:.2f}{gc}"
 
 
 def fleet_table(results: Path, name: str) -> str:
@@ -305,8 +307,8 @@ def ttfi_eager_table(results: Path, *names: str) -> str:
                      "x eager", "fx-graph hits / runs", "data"], rows)
 
 
-#: compile()'s phases (CompiledModel.phases), in the order they run
-PHASES = ("key", "restore", "proof", "bind", "load", "snapshot", "background", "total")
+#: compile()'s phases (CompiledModel.phases), in the order they run; "gc", the collector's seconds inside them
+PHASES = ("key", "restore", "proof", "bind", "load", "snapshot", "background", "total", "gc")
 
 
 def compile_phases_table(results: Path, *names: str) -> str:

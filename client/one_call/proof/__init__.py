@@ -33,6 +33,7 @@ The steps, one module each:
     guards.py     what both sides agree on: guard kinds, roots, keys
     container.py  the bytes: entries, the environment, the package's zip entry
     bytecode.py   why the proof's imports can be slow: a torch without bytecode caches (a log line)
+    templates.py  guard sources' texts compiled once per process (torch's eval of them, at load)
 
 torch's guard serialization is the part of torch.compile's AOT precompile that carries guards from one
 process to another (``torch._dynamo.package``); it pickles, as the package's .so is machine code: both

@@ -17,7 +17,7 @@ import time
 import types
 from typing import Any, Dict, List, Mapping, Optional
 
-from . import bytecode, portable
+from . import bytecode, portable, templates
 from .container import NoProof, decode
 from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
 
@@ -44,7 +44,8 @@ class Proof:
         managers, why, phases, hooks = [], "", {}, Hooks(model)
         for entry, state in entries:
             try:
-                managers.append(_rebuild(entry, state, model, phases, hooks))
+                with templates.compiled_once():  # the comparison and torch's tree read every source
+                    managers.append(_rebuild(entry, state, model, phases, hooks))
             except NoProof as exc:
                 why = why or exc.message
             except Exception as exc:  # noqa: BLE001 - a state torch cannot rebuild here is no proof
@@ -331,17 +332,12 @@ def _compare(guards: Any, described: Mapping[str, Optional[str]], live_locals: d
             continue
         name = filed[len(INPUT):]
         try:
-            got = portable.graph_input(eval(_source_code(name), dict(scope), closure_vars))  # noqa: S307 - Dynamo's own source text
+            got = portable.graph_input(eval(templates.compiled(name), dict(scope), closure_vars))  # noqa: S307 - Dynamo's own source text
         except Exception:  # noqa: BLE001
             got = None
         if got is None or got != want:
             raise NoProof(f"{name}, which the package holds as a constant, is not the value it was built with")
 
-
-@functools.lru_cache(maxsize=4096)
-def _source_code(name: str) -> Any:
-    """A guard source's text, compiled once: a transformer's proof evaluates a thousand of them at every load."""
-    return compile(name, "<guard source>", "eval")
 
 
 def _check_sources(sources: List[Any]) -> None:

@@ -8,6 +8,7 @@ the variants taking turns each round:
   nolog     as shipped, torch's structured-trace handler detached first: what formatting the guard tree as
             text costs (torch does it whenever that handler is installed, TORCH_TRACE or not)
   nogc      as shipped, the garbage collector off during the load: what its collections cost there
+  evalall   proof/templates.py off: torch compiles every guard source's template at each read (the code before it)
 
 Every sample also says how long the collector ran inside the load (``gc_s``, ``gc_full``: process/collector.py).
 
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-VARIANTS = ("nomemo", "session", "nolog", "nogc")
+VARIANTS = ("nomemo", "session", "nolog", "nogc", "evalall")
 
 
 def child(name: str, device: str, variant: str, path: str) -> dict:
@@ -50,6 +51,10 @@ def child(name: str, device: str, variant: str, path: str) -> dict:
     import torch._dynamo.guards  # noqa: F401 - what the model's own imports did before compile() in the table
     if variant == "nomemo":
         portable.session = contextlib.nullcontext
+    elif variant == "evalall":
+        from cachesvc_client.one_call.proof import templates
+
+        templates.compiled_once = contextlib.nullcontext
     elif variant == "nolog":
         from torch._logging._internal import trace_log
 

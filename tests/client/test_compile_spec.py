@@ -204,10 +204,14 @@ def test_a_hits_background_work_starts_once_and_its_trouble_stays_a_log_line(mon
         raise RuntimeError("no thread for you")
 
     monkeypatch.setattr(learned, "start", refuse)
+    released = []
+    hold = types.SimpleNamespace(release=lambda: released.append(1))  # compile()'s hold on full collections
     hit = types.SimpleNamespace(_background_lock=threading.Lock(), _deferred=True, _down=False, phases={},
-                                name="tiny", _learned=None, _start_snapshot_restore=lambda: started.append("snapshot"))
+                                name="tiny", _learned=None, _start_snapshot_restore=lambda: started.append("snapshot"),
+                                gc_hold=hold)
     with caplog.at_level("WARNING", logger="cachesvc_client"):
         for _ in range(3):
             compiled.CompiledModel._start_deferred(hit)
     assert started == ["snapshot", "learned"] and hit._learned is None and hit.phases["deferred"] >= 0
+    assert released  # the hold is let go first (its release is idempotent: collector.FullCollectionHold)
     assert "the learned packages are not fetched: no thread for you" in caplog.text

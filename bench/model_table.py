@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import time
@@ -54,11 +55,21 @@ def row_model(model: str, dtype: str) -> str:
     return model + DTYPE_SUFFIX[dtype]
 
 
-def run_seed(work: Path, svc, model: str, mode: str, device: str) -> Dict:
+def declared(seq: str) -> List[str]:
+    """A row's declared range (``seq=MIN:MAX``, or empty) as the worker's flags: one ``Dim`` on the sequence."""
+    return ["--declare-seq", seq.partition("=")[2]] if seq else []
+
+
+def row_stem(model: str, mode: str, seq: str = "") -> str:
+    """A row's name in its containers' folders."""
+    return f"{model}-{mode}" + (f"-seq{seq.partition('=')[2].replace(':', '-')}" if seq else "")
+
+
+def run_seed(work: Path, svc, model: str, mode: str, device: str, seq: str = "") -> Dict:
     """The row's seed container: the one call on a miss (torch.compile, the package built and published)."""
-    seed_ctr = Container(work / "containers", f"seed-{model}-{mode}")
-    return seed_ctr.run_worker("--model", model, "--mode", mode, "--device", device, "--one-call", "--publish",
-                               timeout=1800, **svc.client_env(), **WORKER_ENV)
+    seed_ctr = Container(work / "containers", f"seed-{row_stem(model, mode, seq)}")
+    return seed_ctr.run_worker("--model", model, "--mode", mode, "--device", device, *declared(seq), "--one-call",
+                               "--publish", timeout=1800, **svc.client_env(), **WORKER_ENV)
 
 
 def _pairs(work: Path, svc, stem: str, timed: List[str], repeats: int) -> Tuple[Dict, Dict, Dict]:
@@ -96,20 +107,21 @@ def _median_run(runs: List[Dict]) -> Dict:
 
 
 def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, seed: Optional[Dict] = None,
-            repeats: int = 1) -> Dict:
+            repeats: int = 1, seq: str = "") -> Dict:
     """The containers of one row (the seed's already run when ``seed`` is given); returns their results and
-    the ratios, eager's and the restart's the median of ``repeats`` samples each."""
-    flags = ["--model", model, "--mode", mode, "--device", device]
+    the ratios, eager's and the restart's the median of ``repeats`` samples each. ``seq`` (``seq=MIN:MAX``)
+    declares a sequence range to the one call (eager and the floor run the example's length alike)."""
+    flags = ["--model", model, "--mode", mode, "--device", device, *declared(seq)]
     timed = [*flags, "--steps", str(steps)]
-    stem = f"{model}-{mode}"
+    stem = row_stem(model, mode, seq)
     seed_ctr = Container(work / "containers", f"seed-{stem}")
     if seed is None:
-        seed = run_seed(work, svc, model, mode, device)
+        seed = run_seed(work, svc, model, mode, device, seq)
     os.sync()  # the seed's writes flushed now, not in the middle of the next container's start
     floor = seed_ctr.run_worker(*timed, **WORKER_ENV)
     eager, restart, samples = _pairs(work, svc, stem, timed, repeats)
     artifact = (seed.get("publish") or {}).get("artifact") or {}
-    row = {"model": model, "mode": mode, "device": device,
+    row = {"model": model, "mode": mode, "device": device, **({"declared": seq} if seq else {}),
            "route": restart["compile"]["source"], "why": restart["compile"].get("miss_reason", ""),
            "output_type": restart.get("output_type"), "max_abs_diff": restart["max_abs_diff"],
            "eager_ready_s": eager["ready_s"], "restart_ready_s": restart["ready_s"],
@@ -129,13 +141,13 @@ def run_row(work: Path, svc, model: str, mode: str, device: str, steps: int, see
     return row
 
 
-def _parallel_seeds(work: Path, svc, rows: List[Tuple[str, str]], args: argparse.Namespace) -> Dict:
-    """Every row's seed, ``--parallel-seeds`` at a time: (model, mode) -> the seed's result or its error.
+def _parallel_seeds(work: Path, svc, rows: List[Tuple[str, str, str]], args: argparse.Namespace) -> Dict:
+    """Every row's seed, ``--parallel-seeds`` at a time: (model, mode, seq) -> the seed's result or its error.
     Only the seeds overlap (their build seconds then include the others' load); what the table compares
     (eager, the restart, torch.compile's steady state) runs later, one container at a time."""
-    def one(row: Tuple[str, str]):
+    def one(row: Tuple[str, str, str]):
         try:
-            return run_seed(work, svc, row[0], row[1], args.device)
+            return run_seed(work, svc, row[0], row[1], args.device, row[2])
         except RuntimeError as exc:
             return exc
 
@@ -143,12 +155,22 @@ def _parallel_seeds(work: Path, svc, rows: List[Tuple[str, str]], args: argparse
         return dict(zip(rows, pool.map(one, rows)))
 
 
-def plan(args: argparse.Namespace) -> List[Tuple[str, str]]:
-    """The rows to run: (harness model name, mode), from --rows or the product of --models, --dtypes, --modes."""
+def plan(args: argparse.Namespace) -> List[Tuple[str, str, str]]:
+    """The rows to run: (harness model name, mode, declared range or ""), from --rows or the product of
+    --models, --dtypes, --modes."""
     if args.rows:
-        return [(spec.partition("@")[0], spec.partition("@")[2] or "default") for spec in args.rows.split(",")]
-    return [(row_model(base, dtype), mode) for base in args.models.split(",") for dtype in args.dtypes.split(",")
+        return [parse_row(spec) for spec in args.rows.split(",")]
+    return [(row_model(base, dtype), mode, "") for base in args.models.split(",") for dtype in args.dtypes.split(",")
             for mode in args.modes.split(",")]
+
+
+def parse_row(spec: str) -> Tuple[str, str, str]:
+    """``MODEL[@MODE[@seq=MIN:MAX]]`` -> (model, mode, declared range or "")."""
+    model, _, rest = spec.partition("@")
+    mode, _, seq = rest.partition("@")
+    if seq and not re.fullmatch(r"seq=\d+:\d+", seq):
+        raise SystemExit(f"unknown row {spec!r}: a declared range reads seq=MIN:MAX (e.g. llama-large@default@seq=16:256)")
+    return model, mode or "default", seq
 
 
 def markdown(rows: List[Dict]) -> str:
@@ -175,7 +197,8 @@ def main(argv=None) -> List[Dict]:
     p.add_argument("--modes", default="default,reduce-overhead", help="torch.compile modes")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--rows", default=None, help="rows in place of models x dtypes x modes: MODEL[-DTYPE]@MODE, "
-                                                 "comma-separated (e.g. bert@default,gpt2-bf16@reduce-overhead)")
+                                                 "comma-separated (e.g. bert@default,gpt2-bf16@reduce-overhead); "
+                                                 "MODEL@MODE@seq=MIN:MAX declares a sequence range to the one call")
     p.add_argument("--steps", type=int, default=20, help="calls timed after the first (steady state)")
     p.add_argument("--repeats", type=int, default=1,
                    help="eager and the restart N times each, alternating, fresh containers: the row is their medians")
@@ -211,16 +234,16 @@ def main(argv=None) -> List[Dict]:
     try:
         with service(work / "svc", svc_env) as svc:
             seeds = _parallel_seeds(work, svc, plan(args), args) if args.parallel_seeds > 1 else {}
-            for model, mode in plan(args):
+            for model, mode, seq in plan(args):
                 try:
-                    seed = seeds.get((model, mode))
+                    seed = seeds.get((model, mode, seq))
                     if isinstance(seed, BaseException):
                         raise seed
-                    rows.append(run_row(work, svc, model, mode, args.device, args.steps, seed, args.repeats))
+                    rows.append(run_row(work, svc, model, mode, args.device, args.steps, seed, args.repeats, seq))
                 except RuntimeError as exc:  # a worker that failed: the row says so, the table goes on
                     rows.append({"model": model, "mode": mode, "error": " ".join(str(exc).split())[-300:]})
                 r = rows[-1]
-                log(f"{model:16} {mode:16} " + (f"failed: {r['error'][:200]}" if "error" in r else
+                log(f"{model:16} {mode:16} {seq} " + (f"failed: {r['error'][:200]}" if "error" in r else
                     f"{r['route']:9} x eager {r['x_eager']:.2f}  x torch.compile {r['x_compiled']:.2f}"))
                 if args.out:
                     write_json(Path(args.out), {"section": "model-table", "device": args.device, "rows": rows,

@@ -233,6 +233,8 @@ def model_table(results: Path, where: str) -> str:
     for r, suffix, data in rows:
         version = r.get("transformers") or ""
         label = model_label(r["model"]) + (f" (transformers {version})" if version.startswith("4.") else "") + suffix
+        if r.get("declared"):  # model_table.py's MODEL@MODE@seq=MIN:MAX: a declared range
+            label += f", sequence {r['declared'].partition('=')[2].replace(':', '..')} declared"
         if "error" in r:
             out.append([label, r["mode"], "failed: " + r["error"][:120].replace("|", "/")] + [""] * 10 + [data])
             continue

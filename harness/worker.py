@@ -123,6 +123,16 @@ def _replaced(how: str, model, call, inputs) -> float:
         return float((call(*inputs) - model(*inputs)).abs().max())
 
 
+def _await_threshold(want: int, limit: float = 10.0):
+    """Seconds until the oldest generation's threshold is ``want`` again (None: not within ``limit``)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit:
+        if gc.get_threshold()[-1] == want:
+            return round(time.perf_counter() - started, 3)
+        time.sleep(0.02)
+    return None
+
+
 def _seq_range(text: str) -> dict:
     """``MIN:MAX`` -> the one call's dynamic_shapes: one Dim on the sequence of input_ids and attention_mask."""
     from torch.export import Dim
@@ -217,6 +227,9 @@ def main() -> None:
                    help="after the first call, call once more with batch N (another shape) and compare with eager")
     p.add_argument("--scale-weights", type=float, default=None, metavar="F",
                    help="multiply every parameter by F after building the model (same structure, other weights)")
+    p.add_argument("--wait-gc-release", action="store_true",
+                   help="with --one-call: after the first call, wait (up to 10 s) for compile()'s hold on the full "
+                        "collections to end and report when")
     p.add_argument("--linger", action="store_true",
                    help="after printing RESULT, stay alive until stdin closes (a long-running process)")
     p.add_argument("--after-hook", default=None, metavar="MODULE:FUNC",
@@ -292,7 +305,7 @@ def main() -> None:
                 call = cachesvc_client.compile(model, inputs, *([kwargs] if kwargs else []), name=name, mode=mode,
                                                client=client, publish=True if args.publish else (
                                                    None if args.auto_publish else False), **checked)
-            # compile()'s hold on the full collections (process/collector.py): held on a hit until its first output
+            # compile()'s hold on the full collections (process/collector.py): on a hit until just after its first output
             out["gc_oldest_threshold"] = {"before": before_gc, "after_compile": gc.get_threshold()[-1]}
             if args.warm_up:  # before traffic: every learned shape once; what compiles after it is the request path's
                 out["warmed"] = call.warm_up()
@@ -311,6 +324,8 @@ def main() -> None:
         out["first_call_s"] = time.perf_counter() - t
         if "gc_oldest_threshold" in out:
             out["gc_oldest_threshold"]["after_first_call"] = gc.get_threshold()[-1]
+            if args.wait_gc_release:  # the hold ends a moment after the first output (one_call/deferred.py)
+                out["gc_oldest_threshold"]["released_after_s"] = _await_threshold(out["gc_oldest_threshold"]["before"])
         out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
         out["imported"] = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton",
                                                          "torch._inductor.compile_fx", "torch._inductor.graph")}

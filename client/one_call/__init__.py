@@ -31,6 +31,7 @@ The steps, one module each:
     ends.py       a declared range's ends: checked against eager at build, each admitted by a trace
     binding.py    the live tensors a hit runs on; replaced ones are seen and rebound
     compiled.py   CompiledModel: a hit's runner, else torch.compile; the publish after a miss
+    deferred.py   a hit's background work (snapshot restore, learned packages), after its first output
     publisher.py  after a miss: export -> build -> verify -> publish, in a background thread
     export.py     torch.export of a copy of the model, in the serving thread
     build.py      the weightless package, built in a child process (child.py; process/cxx.py)
@@ -86,7 +87,7 @@ def compile(model: Any, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, 
     # not one more step: the collections ran inside the steps above, and their seconds are in theirs too
     compiled.phases["gc"] = round(collector.seconds, 4)
     if held is not None and compiled.source == "artifact":
-        compiled.gc_hold = held  # let go at the first output (CompiledModel._start_deferred)
+        compiled.gc_hold = held  # let go just after the first output (deferred.py)
     elif held is not None:
         held.release()  # a miss: torch.compile's own allocations come next, and are its to pay
     return compiled

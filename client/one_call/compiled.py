@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from . import calls, learned as learned_mod, publisher as publisher_mod, shapes as shapes_mod, spec as spec_mod
-from . import support, verify as verify_mod, warmup
+from . import deferred, support, verify as verify_mod, warmup
 from .slot import Slot, open_slot
 from .. import usage
 from ..errors import HitRequired
@@ -67,9 +67,9 @@ class CompiledModel:
         self.tags = spec_mod.key_tags(model, tags, mode, self.route, torch_compile_kwargs)
         #: where compile()'s own seconds went: "key" (the spec and the key's code and config walk), "restore"
         #: (resolve and fetch), on a hit "proof", "bind", "load" (slot.py), on a miss "snapshot", "background"
-        #: (starting usage; a miss's learned packages), "total"; after a hit's first call "deferred" (starting its
-        #: snapshot restore and learned packages); "gc" (compile(): the garbage collector's seconds inside the
-        #: others, process/collector.py); also in the restore report
+        #: (starting usage; a miss's learned packages), "total"; after a hit's first call "first_check" and
+        #: "first_run" (that call's), "deferred" (starting its snapshot restore and learned packages, deferred.py);
+        #: "gc" (compile(): the collector's seconds inside the others, process/collector.py); also in the report
         self.phases: Dict[str, float] = {"key": round(time.monotonic() - started, 4)}
         self.source, self.miss_reason, self.report = "compiled", "", None
         self.load_seconds, self.verify_seconds = 0.0, None
@@ -116,7 +116,8 @@ class CompiledModel:
         #: output, or at the first call the package does not serve, or at warm_up(): started here it shared the
         #: GIL with the package's first run, the part of the first output the one call changes
         self._deferred = self._slot is not None
-        self.gc_hold: Any = None  # compile()'s hold on the full collections, on a hit until its first output
+        self._deferred_thread: Optional[threading.Thread] = None  # the first output's start of it (deferred.py)
+        self.gc_hold: Any = None  # compile()'s hold on the full collections, on a hit until just after its first output
         if self._slot is None and not (down or self._publish):
             self._learned = learned_mod.start(self)
         self._timed("background", started)
@@ -169,23 +170,8 @@ class CompiledModel:
         return f"{cause}; the process that compiled it published no package: {built}" if built else cause
 
     def _start_deferred(self) -> None:
-        """A hit's background work, once (``_deferred``): the snapshot restore, then the learned packages.
-        Its seconds are ``phases["deferred"]``, spent after compile() returned (not in "total"). The held full
-        collections are let go first: the background work's allocations may run one, after the first output."""
-        if self.gc_hold is not None:
-            self.gc_hold.release()
-        with self._background_lock:
-            if not self._deferred:
-                return
-            self._deferred = False
-            started = time.monotonic()
-            self._start_snapshot_restore()
-            if not self._down:
-                try:
-                    self._learned = learned_mod.start(self)
-                except Exception as exc:  # noqa: BLE001 - in the first call's path: its output is served either way
-                    log.warning("cachesvc compile %s: the learned packages are not fetched: %s", self.name, exc)
-            self.phases["deferred"] = round(time.monotonic() - started, 4)
+        """The background work now (deferred.py), the hold on the full collections ended first."""
+        deferred.start(self)
 
     def _start_snapshot_restore(self) -> None:
         """A hit: restore the key's snapshot in the background, so a call off the spec (another batch
@@ -213,6 +199,7 @@ class CompiledModel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         slot = self._slot
         if slot is not None:
+            checking = time.monotonic() if slot.calls == 0 else 0.0
             why, declared, flat = slot.refusal(args, kwargs, self.model, self.name)
             if why is None:
                 self.calls["artifact"] += 1
@@ -224,9 +211,13 @@ class CompiledModel:
                     return slot.runner(*flat)
                 started = time.monotonic()
                 out = self._first_checked(slot.runner, flat, args, kwargs) if self._verify else slot.runner(*flat)
+                # the first served call's own seconds: its checks (proof, binding, spec), then the run as the CPU
+                # saw it (launches, the kernels' first loads; the device may still be running it)
+                self.phases.update(first_check=round(started - checking, 4),
+                                   first_run=round(time.monotonic() - started, 4))
                 if self._slot is not None:
                     self._report_hit(self.load_seconds + time.monotonic() - started)
-                self._start_deferred()
+                deferred.after_first_output(self)  # in a thread: this call returns now
                 return out
             if slot.dead:
                 self._slot = None

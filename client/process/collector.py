@@ -4,8 +4,9 @@ A collection runs in whichever thread allocated past the threshold, inside whate
 was running, so a profiler books it to an innocent line (a deque's append in the key's walk, Dynamo's
 TENSOR_MATCH in the proof). A full collection of a process that has imported torch and built a model walks
 every object it holds: tenths of a second that look like the one call's own cost. This clock counts them
-apart. ``hold_full_collections`` holds off the full ones (only those) from compile() to its first output:
-the debt is the process's (its imports, its model), which eager pays whenever it next allocates enough.
+apart. ``hold_full_collections`` holds off the full ones (only those) from compile() to just after its first
+output: the debt is the process's (its imports, its model), which eager pays whenever it next allocates
+enough.
 Turning the collector off altogether would also stop the young collections and let the heap grow.
 """
 from __future__ import annotations
@@ -66,6 +67,21 @@ class FullCollectionHold:
         self._timer = threading.Timer(max_s, self.release)
         self._timer.daemon = True
 
+    def release_after(self, seconds: float) -> None:
+        """End the hold ``seconds`` from now instead (sooner than ``max_s``, or later): a hit's first output
+        moves it past the first call's return, so the collection it lets loose does not land inside it."""
+        with _lock:
+            if self._released:
+                return
+            self._timer.cancel()
+            self._timer = threading.Timer(seconds, self.release)
+            self._timer.daemon = True
+            self._timer.start()
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
     def release(self) -> None:
         global _holders, _saved
         with _lock:
@@ -95,7 +111,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def hold_full_collections(max_s: float = 30.0) -> FullCollectionHold:
-    """Hold the collector's full collections while the one call starts (``compile()`` to its first output).
+    """Hold the collector's full collections while the one call starts (``compile()`` to just after its first
+    output).
 
     The process that imported torch and built a model owes the collector a full collection, and the one call's
     allocations (the key's walk, the proof's guards) would set it off inside compile(): a walk of every object the

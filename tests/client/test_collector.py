@@ -60,7 +60,7 @@ def test_an_error_inside_still_removes_the_callback_and_a_cleared_list_is_no_err
     assert gc.callbacks == before
 
 
-# -- the hold on full collections (compile() to its first output) ---------------------------------------------
+# -- the hold on full collections (compile() to just after its first output) ------------------------------
 
 import time  # noqa: E402 - the hold's tests only
 
@@ -107,6 +107,21 @@ def test_a_hold_nobody_releases_ends_by_itself(thresholds):
     deadline = time.monotonic() + 5
     while gc.get_threshold() != thresholds and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert gc.get_threshold() == thresholds
+
+
+def test_release_after_moves_the_end_later_or_sooner_and_a_released_hold_stays_released(thresholds):
+    held = hold_full_collections(max_s=0.05)
+    held.release_after(30)  # a hit's first output: past the first call's return, not at the 50 ms bound
+    time.sleep(0.3)
+    assert gc.get_threshold()[OLDEST] > 10**6 and not held.released
+    held.release_after(0.05)
+    deadline = time.monotonic() + 5
+    while not held.released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.released and gc.get_threshold() == thresholds
+    held.release_after(0.01)  # ended already: nothing starts again
+    time.sleep(0.1)
     assert gc.get_threshold() == thresholds
 
 

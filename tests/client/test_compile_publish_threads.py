@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cachesvc_client  # noqa: E402
-from cachesvc_client.one_call import learned as learned_mod, support  # noqa: E402
+from cachesvc_client.one_call import deferred, learned as learned_mod, support  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 from tests.helpers.backends import one_backend  # noqa: E402
 from tests.helpers.client import client_for, enter_container  # noqa: E402
@@ -78,6 +78,9 @@ def test_a_miss_exports_in_the_calling_thread_and_builds_the_package_in_a_child(
     assert hit.learned["done"] is False  # not started yet: not "done"
     with torch.no_grad():
         torch.testing.assert_close(hit(x), want)
+        # started in a thread of its own as the first call returned (one_call/deferred.py)
+        assert hit._deferred_thread is not None and hit._deferred_thread.name.startswith("cachesvc-deferred-")
+        deferred.wait(hit, 30)
         assert started == ["snapshot", "learned"] and hit.phases["deferred"] >= 0, started
         torch.testing.assert_close(hit(x), want)
     assert started == ["snapshot", "learned"] and hit.calls == {"artifact": 2, "torch.compile": 0}

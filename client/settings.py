@@ -22,6 +22,7 @@ The variables (what each does is said where it is used, and in docs/client.md):
     CACHESVC_USAGE_AT_EXIT_S            how long an exiting process waits for its last usage report
     CACHESVC_LEARNED_PACKAGES           how many packages of learned shapes the one call fetches (0: none)
     CACHESVC_GC_HOLD                    0: the one call does not hold the full collections (process/collector.py)
+    CACHESVC_LIBRARY_WARMUP             0: a hit does not ready the GPU libraries its package calls (one_call/libraries.py)
 
 and, in ``tool_env``, the variables by which torch, Triton, vLLM, FlashInfer, DeepGEMM and the CUDA driver
 place their caches (``TOOL_VARS``), read by ``process/roots.py`` with each tool's own rule.
@@ -69,6 +70,7 @@ USAGE_INTERVAL_VAR = "CACHESVC_USAGE_INTERVAL_S"
 USAGE_AT_EXIT_VAR = "CACHESVC_USAGE_AT_EXIT_S"
 LEARNED_PACKAGES_VAR = "CACHESVC_LEARNED_PACKAGES"
 GC_HOLD_VAR = "CACHESVC_GC_HOLD"
+LIBRARY_WARMUP_VAR = "CACHESVC_LIBRARY_WARMUP"
 
 #: the other tools' cache-folder variables (process/roots.py mirrors how each tool reads its own)
 TOOL_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT",
@@ -77,7 +79,8 @@ TOOL_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "XDG_
 __all__ = ["Settings", "current", "read", "reload", "TOOL_VARS", "URL_VAR", "TOKEN_VAR", "ENV_FILE_VAR",
            "OVERRIDE_PREFIX", "TRUSTED_KEYS_VAR", "SIGNING_KEY_VAR", "REQUIRE_HIT_VAR", "MIN_COMPILE_SECONDS_VAR",
            "EXTRA_ROOTS_VAR", "PUBLISH_AT_EXIT_VAR", "COMPILE_ROUTE_VAR", "TORCH_FIXES_VAR", "USAGE_VAR",
-           "USAGE_INTERVAL_VAR", "USAGE_AT_EXIT_VAR", "LEARNED_PACKAGES_VAR", "GC_HOLD_VAR"]
+           "USAGE_INTERVAL_VAR", "USAGE_AT_EXIT_VAR", "LEARNED_PACKAGES_VAR", "GC_HOLD_VAR",
+           "LIBRARY_WARMUP_VAR"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +106,7 @@ class Settings:
     usage_at_exit: Optional[str] = None            # CACHESVC_USAGE_AT_EXIT_S as set (None when unset)
     learned_packages: Optional[str] = None         # CACHESVC_LEARNED_PACKAGES as set (None when unset)
     gc_hold: bool = True                           # False only for CACHESVC_GC_HOLD=0
+    library_warmup: bool = True                    # False only for CACHESVC_LIBRARY_WARMUP=0
     #: the TOOL_VARS that are set (an empty value included: some tools count it as set)
     tool_env: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
@@ -133,6 +137,7 @@ def read(environ: Optional[Mapping[str, str]] = None) -> Settings:
         usage_at_exit=env.get(USAGE_AT_EXIT_VAR),
         learned_packages=env.get(LEARNED_PACKAGES_VAR),
         gc_hold=env.get(GC_HOLD_VAR, "1") != "0",
+        library_warmup=env.get(LIBRARY_WARMUP_VAR, "1") != "0",
         tool_env=MappingProxyType({name: env[name] for name in TOOL_VARS if name in env}),
     )
 

@@ -209,12 +209,17 @@ class CompiledModel:
                     self._tally.count(token, 0, lambda: shapes_mod.signature(args, kwargs))
                 if slot.calls > 1:
                     return slot.runner(*flat)
+                waiting = time.monotonic()
+                slot.libraries.wait()  # readied beside the proof (libraries.py); a capture must not share the GPU
                 started = time.monotonic()
                 out = self._first_checked(slot.runner, flat, args, kwargs) if self._verify else slot.runner(*flat)
-                # the first served call's own seconds: its checks (proof, binding, spec), then the run as the CPU
-                # saw it (launches, the kernels' first loads; the device may still be running it)
-                self.phases.update(first_check=round(started - checking, 4),
+                # the first served call's own seconds: its checks (proof, binding, spec), the wait for the libraries'
+                # thread, then the run as the CPU saw it (launches, the kernels' first loads; the device may still
+                # be running it); "libraries": how long that thread ran, beside compile()
+                self.phases.update(first_check=round(waiting - checking, 4), libraries_wait=round(started - waiting, 4),
                                    first_run=round(time.monotonic() - started, 4))
+                if slot.libraries.seconds is not None:
+                    self.phases["libraries"] = slot.libraries.seconds
                 if self._slot is not None:
                     self._report_hit(self.load_seconds + time.monotonic() - started)
                 deferred.after_first_output(self)  # in a thread: this call returns now
@@ -243,6 +248,8 @@ class CompiledModel:
         slot.calls += 1
         if self._tally is not None and not self._warming:
             self._tally.count(("learned",) + tuple(t.shape for t in flat), 0, lambda: shapes_mod.signature(args, kwargs))
+        if slot.calls == 1:
+            slot.libraries.wait()
         return slot.runner(*flat)
 
     def _first_checked(self, runner: Any, flat: list, args: tuple, kwargs: dict) -> Any:

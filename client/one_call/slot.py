@@ -9,13 +9,15 @@ rebound, or the slot is dead for good).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import calls, proof as proof_mod, spec as spec_mod, support
+from . import calls, libraries, proof as proof_mod, spec as spec_mod, support
 from .binding import Binding
 from .runner import Runner
+from .. import settings
 from ..errors import CacheClientError
 
 log = logging.getLogger("cachesvc_client")
@@ -34,6 +36,8 @@ class Slot:
         self.dead = False
         #: the seconds opening it took: "proof" (load and compare), "bind" (the live tensors), "load" (the runner)
         self.phases: Dict[str, float] = {}
+        #: the GPU libraries its calls use, readied beside the proof (libraries.py): waited for before its first run
+        self.libraries = libraries.Warmup()
 
     def refusal(self, args: tuple, kwargs: dict, model: Any, name: str) -> Tuple[Optional[str], bool, Optional[List[Any]]]:
         """``(why not, declared, flat)``: why this package does not serve the call (None: it does), whether
@@ -77,6 +81,9 @@ def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device:
     if why:
         return None, why
     marks = [time.monotonic()]
+    warmup = libraries.Warmup()
+    if settings.current().library_warmup:  # beside the proof: the GPU libraries its first run would ready
+        warmup.start(report.artifacts[0], itertools.chain(model.parameters(), model.buffers()), device)
     try:
         # the proof first: a package that cannot vouch for this model is not even opened
         checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), model)
@@ -87,9 +94,12 @@ def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device:
         marks.append(time.monotonic())
         spec.narrow(calls.parse_served(str((report.meta or {}).get(support.SERVED, ""))))
     except CacheClientError as exc:
+        warmup.wait()  # torch.compile comes next: nothing of ours beside its first call
         return None, exc.message
     if runner.in_spec != spec.structure:  # the key's shape text matched, the package not
+        warmup.wait()
         return None, "the package's inputs are not this call's arguments"
     slot = Slot(shape, spec, runner, binding, checked, report)
+    slot.libraries = warmup
     slot.phases = {phase: round(end - start, 4) for phase, start, end in zip(("proof", "bind", "load"), marks, marks[1:])}
     return slot, ""

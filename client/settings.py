@@ -22,7 +22,7 @@ The variables (what each does is said where it is used, and in docs/client.md):
     CACHESVC_USAGE_AT_EXIT_S            how long an exiting process waits for its last usage report
     CACHESVC_LEARNED_PACKAGES           how many packages of learned shapes the one call fetches (0: none)
     CACHESVC_GC_HOLD                    0: the one call does not hold the full collections (process/collector.py)
-    CACHESVC_LIBRARY_WARMUP             0: a hit does not ready the GPU libraries its package calls (one_call/libraries.py)
+    CACHESVC_LIBRARY_WARMUP             0: a hit does not ready cuDNN beside the proof (one_call/libraries.py)
 
 and, in ``tool_env``, the variables by which torch, Triton, vLLM, FlashInfer, DeepGEMM and the CUDA driver
 place their caches (``TOOL_VARS``), read by ``process/roots.py`` with each tool's own rule.

@@ -38,7 +38,7 @@ The steps, one module each:
     verify.py     the publish check: the package against eager, in another child process
     runner.py     a hit: the package opened by the C++ loader on the live tensors (graph.py:
                   reduce-overhead's CUDA-graph replay)
-    libraries.py  a hit on a GPU: the libraries its package calls, readied beside the proof
+    libraries.py  a hit on a GPU: cuDNN, which its package calls, readied beside the proof
 
 The door is ``compile`` (and ``CompiledModel``, what it returns).
 """

@@ -1,16 +1,19 @@
-"""The GPU libraries a hit's package calls (cuBLAS, cuDNN, the attention kernels), made ready beside the proof.
+"""cuDNN, which a hit's package calls for its convolutions, made ready beside the proof.
 
-A process's first matrix multiply on a GPU creates cuBLAS's handle and loads its kernels; its first
-convolution, cuDNN's; its first attention, the flash or efficient kernels. A restart's first call paid that
-inside the package's first run, as eager's first call does: 1.14 s of CPU for a Llama-family bf16 decoder,
-0.35 s for ResNet-50, 0.14-0.20 s for BERT-large and ViT-large on an H100 (2026-12-06, ``phases["first_run"]``).
-The package calls those libraries through torch's C shim, and its wrapper names each call
-(``aoti_torch_cuda_mm_out``, ``aoti_torch_cuda__scaled_dot_product_flash_attention``, ...). So while compile()
-loads the proof (Python, in the calling thread), a thread makes one tiny call of each kind the wrapper names,
-in the model's floating dtypes, on the package's device; torch lets go of the GIL inside them, so the two
-overlap. The tiny calls read nothing of the model and write nothing it holds: they cannot change an output.
-The first served call waits for the thread first (a bounded wait): a CUDA graph's capture must not see another
-thread's allocations. ``CACHESVC_LIBRARY_WARMUP=0`` turns it off.
+A process's first convolution on a GPU creates cuDNN's handle and loads its kernels; a restart's first call
+paid that inside the package's first run, as eager's first call does (ResNet-50 on an H100, 2026-12-06:
+``phases["first_run"]`` 0.33-0.39 s). The package calls cuDNN through torch's C shim, and its wrapper names the
+call (``aoti_torch_cuda_convolution``). So while compile() loads the proof (Python, in the calling thread), a
+thread runs one tiny convolution in each of the model's floating dtypes on the package's device; torch lets go
+of the GIL inside it, so the two overlap (first run 0.18 s, the thread done within the proof). The tiny calls
+read nothing of the model and write nothing it holds: they cannot change an output. The first served call
+waits for the thread first (a bounded wait): a CUDA graph's capture must not see another thread's allocations.
+
+Only convolutions: the same warm-up of cuBLAS (a tiny matmul) and of the attention kernels made a decoder's
+first call slower, not faster (Llama-family bf16: the thread ran 0.7-0.9 s, the first call waited 0.4-0.6 s
+for it and its run still took 0.65-0.84 s, against 0.92-0.96 s without; the first call 1.46-1.77 s against
+1.31-1.40 s): the kernels a decoder's first run loads are its own shapes', which a tiny call does not load.
+``CACHESVC_LIBRARY_WARMUP=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -28,11 +31,7 @@ JOIN_S = 10.0
 #: ``aoti_torch_<op>``, e.g. ``aoti_torch_mm_out``
 _CALL = re.compile(rb"aoti_torch_(?:cuda_)?(_?[a-z][a-z0-9_]*)\(")
 #: which library a wrapper's op needs, by the op's name
-_KINDS = {"matmul": ("mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation", "mm_dtype"),
-          "flash": ("_scaled_dot_product_flash_attention", "_flash_attention_forward"),
-          "efficient": ("_scaled_dot_product_efficient_attention", "_efficient_attention_forward"),
-          "cudnn_attention": ("_scaled_dot_product_cudnn_attention",),
-          "convolution": ("convolution", "_convolution", "cudnn_convolution")}
+_KINDS = {"convolution": ("convolution", "_convolution", "cudnn_convolution")}
 
 
 def kinds_called(package: str) -> FrozenSet[str]:
@@ -94,28 +93,9 @@ class Warmup:
         self.seconds = round(time.monotonic() - started, 4)
 
 
-def _matmul(torch: Any, dtype: Any, device: str) -> None:
-    a = torch.ones(16, 16, dtype=dtype, device=device)
-    torch.mm(a, a)
-    torch.addmm(a[0], a, a)
-    torch.bmm(a[None], a[None])
-
-
-def _attention(op: str, *extra: Any) -> Callable[[Any, Any, str], None]:
-    """One causal attention through aten's ``op`` itself: ``sdpa_kernel`` would pick the backend by flags that
-    are the whole process's, which the caller's own threads read."""
-    def run(torch: Any, dtype: Any, device: str) -> None:
-        q = torch.ones(1, 2, 16, 64, dtype=dtype, device=device)
-        getattr(torch.ops.aten, op)(q, q, q, *extra, 0.0, True)
-    return run
-
-
 def _convolution(torch: Any, dtype: Any, device: str) -> None:
     x = torch.ones(1, 8, 16, 16, dtype=dtype, device=device)
     torch.nn.functional.conv2d(x, torch.ones(8, 8, 3, 3, dtype=dtype, device=device), padding=1)
 
 
-_CALLS: Dict[str, Callable[[Any, Any, str], None]] = {
-    "matmul": _matmul, "flash": _attention("_scaled_dot_product_flash_attention"),
-    "efficient": _attention("_scaled_dot_product_efficient_attention", None, False),
-    "cudnn_attention": _attention("_scaled_dot_product_cudnn_attention", None, False), "convolution": _convolution}
+_CALLS: Dict[str, Callable[[Any, Any, str], None]] = {"convolution": _convolution}

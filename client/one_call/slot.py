@@ -36,7 +36,7 @@ class Slot:
         self.dead = False
         #: the seconds opening it took: "proof" (load and compare), "bind" (the live tensors), "load" (the runner)
         self.phases: Dict[str, float] = {}
-        #: the GPU libraries its calls use, readied beside the proof (libraries.py): waited for before its first run
+        #: cuDNN, readied beside the proof where it convolves (libraries.py): waited for before its first run
         self.libraries = libraries.Warmup()
 
     def refusal(self, args: tuple, kwargs: dict, model: Any, name: str) -> Tuple[Optional[str], bool, Optional[List[Any]]]:
@@ -82,7 +82,7 @@ def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device:
         return None, why
     marks = [time.monotonic()]
     warmup = libraries.Warmup()
-    if settings.current().library_warmup:  # beside the proof: the GPU libraries its first run would ready
+    if settings.current().library_warmup:  # beside the proof: cuDNN, which its first run would ready
         warmup.start(report.artifacts[0], itertools.chain(model.parameters(), model.buffers()), device)
     try:
         # the proof first: a package that cannot vouch for this model is not even opened

@@ -1,4 +1,4 @@
-"""The GPU libraries a hit's package calls, readied beside the proof (client/one_call/libraries.py): which kinds
+"""cuDNN, readied beside the proof for a hit's package that convolves (client/one_call/libraries.py): which kinds
 a package's wrapper names, and that the warm-up's own calls work and never raise into the caller."""
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def package(tmp_path, files):
 def test_the_kinds_are_read_from_the_wrapper_the_package_carries(tmp_path):
     named = package(tmp_path, {"package/data/aotinductor/model/cabc.wrapper.cpp": WRAPPER,
                                "package/data/aotinductor/model/cabc.so": b"\x7fELF"})
-    assert libraries.kinds_called(named) == {"matmul", "flash", "convolution"}
+    assert libraries.kinds_called(named) == {"convolution"}  # a matmul or an attention: not warmed (see the module)
+    no_conv = package(tmp_path, {"package/data/aotinductor/model/w.wrapper.cpp": WRAPPER.replace(b"convolution", b"relu")})
+    assert libraries.kinds_called(no_conv) == frozenset()
     # a .cpp outside the package's aotinductor folder is not the wrapper
     assert libraries.kinds_called(package(tmp_path, {"extra/notes.cpp": WRAPPER})) == frozenset()
 
@@ -51,22 +53,20 @@ def test_on_a_cpu_nothing_starts_and_the_wait_returns(tmp_path):
     warmup.wait()
 
 
-@pytest.mark.parametrize("kind", ["matmul", "convolution"])
-def test_each_warm_up_call_runs_in_each_floating_dtype(kind):
-    # on this CPU (a GPU runs the same code; the attention kernels are CUDA's only, tests/e2e/test_gpu_compile.py
-    # runs them): a call that broke would ready nothing
+def test_the_warm_up_call_runs_in_each_floating_dtype():
+    # on this CPU (a GPU runs the same code): a call that broke would ready nothing
     for dtype in (torch.float32, torch.bfloat16):
-        libraries._CALLS[kind](torch, dtype, "cpu")
+        libraries._CALLS["convolution"](torch, dtype, "cpu")
 
 
 def test_a_failing_call_or_device_is_logged_at_debug_and_the_thread_still_ends(monkeypatch, caplog):
     def boom(*_):
         raise RuntimeError("no such kernel on this GPU")
 
-    monkeypatch.setitem(libraries._CALLS, "matmul", boom)
+    monkeypatch.setitem(libraries._CALLS, "convolution", boom)
     warmup = libraries.Warmup()
-    warmup.kinds = frozenset({"matmul"})
+    warmup.kinds = frozenset({"convolution"})
     with caplog.at_level(logging.DEBUG, logger="cachesvc_client"):
         warmup._run([torch.float32], "cuda:7" if not torch.cuda.is_available() else "cuda")
     assert warmup.seconds is not None
-    assert "no matmul warm-up in torch.float32: no such kernel on this GPU" in caplog.text
+    assert "no convolution warm-up in torch.float32: no such kernel on this GPU" in caplog.text

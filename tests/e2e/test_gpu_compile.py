@@ -82,10 +82,10 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     assert not compiler, (warm["imported"], eager["imported"])
     if mode == "reduce-overhead":
         assert warm["compile"]["cuda_graph"] and warm["compile"]["capture_s"] is not None, warm["compile"]
-    # the GPU libraries the package calls were readied beside the proof, and its first call waited for them
-    # (client/one_call/libraries.py): every model here multiplies matrices or convolves
+    # a package that convolves (ResNet's does) had cuDNN readied beside the proof, and its first call waited
+    # for it (client/one_call/libraries.py)
     phases = warm["compile"]["phases"]
-    assert phases.get("libraries", 0) > 0 and "libraries_wait" in phases, phases
+    assert "libraries_wait" in phases and (phases.get("libraries", 0) > 0 or not model.startswith("resnet")), phases
 
 
 DECODER = os.environ.get("CACHESVC_GPU_DECODER", "llama-large-bf16")

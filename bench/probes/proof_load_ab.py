@@ -6,7 +6,9 @@ the variants taking turns each round:
   session   as shipped: each class described once per load (portable.session)
   nomemo    portable.session off: a class described again for each guard on it (the code before it)
   nolog     as shipped, torch's structured-trace handler detached first: what formatting the guard tree as
-            text costs (torch does it whenever that handler is installed, TORCH_TRACE or not)
+            text costs (torch does it whenever that handler is installed, TORCH_TRACE or not; since
+            proof/tracelog.py the load detaches it itself where it writes nothing: as ``session`` then)
+  tracelog  proof/tracelog.py off: the guard tree's text made for torch's idle trace handler (the code before it)
   nogc      as shipped, the garbage collector off during the load: what its collections cost there
   evalall   proof/templates.py off: torch compiles every guard source's template at each read (the code before it)
 
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-VARIANTS = ("nomemo", "session", "nolog", "nogc", "evalall")
+VARIANTS = ("nomemo", "session", "nolog", "nogc", "evalall", "tracelog")
 
 
 def child(name: str, device: str, variant: str, path: str) -> dict:
@@ -55,6 +57,10 @@ def child(name: str, device: str, variant: str, path: str) -> dict:
         from cachesvc_client.one_call.proof import templates
 
         templates.compiled_once = contextlib.nullcontext
+    elif variant == "tracelog":
+        from cachesvc_client.one_call.proof import tracelog
+
+        tracelog.dropped_records = contextlib.nullcontext
     elif variant == "nolog":
         from torch._logging._internal import trace_log
 

@@ -17,7 +17,7 @@ import time
 import types
 from typing import Any, Dict, List, Mapping, Optional
 
-from . import bytecode, portable, templates
+from . import bytecode, portable, templates, tracelog
 from .container import NoProof, decode
 from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
 
@@ -136,7 +136,7 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     live = dataclasses.replace(graph, local_scope=live_locals, global_scope=live_globals,
                                _guards=_read_live(graph.guards))
     try:
-        with dynamo_config.patch(**TREE_CONFIG):
+        with dynamo_config.patch(**TREE_CONFIG), tracelog.dropped_records():
             check = CheckFunctionManager(fn.__code__, OutputGraphCommon(live),
                                          shape_code_parts=state.shape_code_parts, runtime_global_scope=live_globals)
     except AssertionError as exc:  # torch checks the new tree on the frame's own values: a structural guard failed

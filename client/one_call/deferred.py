@@ -17,10 +17,13 @@ import time
 from typing import Any
 
 from . import learned as learned_mod
+from ..process import exits
 
 log = logging.getLogger("cachesvc_client")
 #: how long after a hit's first output the full collections stay held (the hold's own bound is 30 s)
 GC_HOLD_AFTER_OUTPUT_S = 1.0
+#: how long an exiting process waits for that start
+AT_EXIT_S = 5.0
 
 
 def after_first_output(compiled: Any) -> None:
@@ -37,6 +40,9 @@ def after_first_output(compiled: Any) -> None:
         log.debug("cachesvc compile %s: the background work did not start: %s", compiled.name, exc)
         return
     compiled._deferred_thread = thread
+    # a process that exits right after its first output lets the start finish first (tens of milliseconds), as
+    # when it ran inside the first call: what it starts has its own exits (restore/outcome.py, learned.py)
+    exits.at_exit(lambda: thread.join(AT_EXIT_S))
 
 
 def start(compiled: Any, release_hold: bool = True) -> None:

@@ -122,8 +122,14 @@ def run_logged(built, *flags, code="relu", ctr=None, **env):
 
 def test_a_process_that_exits_right_after_its_first_call_still_publishes(built):
     _, _, _, cold = built
-    warm = run(built)  # the next container: the package the exited process built is there
+    warm, said = run_logged(built)  # the next container: the package the exited process built is there
+    assert warm is not None, said[-3000:]
     assert warm["compile"]["source"] == "artifact", (warm["compile"], cold.stderr[-3000:])
+    # that hit exits right after its first output too, its background start (one_call/deferred.py) just begun
+    # in a thread: the start finishes, and nothing of it is a warning
+    noisy = [line for line in said.splitlines() if any(w in line for w in (
+        "did not start", "not fetched", "failed", "a bug", "Traceback", "can't create new thread"))]
+    assert not noisy, said[-3000:]
     assert warm["compile"]["calls"] == {"artifact": 1, "torch.compile": 0} and warm["max_abs_diff"] < TOL
     assert "the publish finished at exit" in cold.stderr, cold.stderr[-3000:]  # said once, with its seconds
     assert "cannot schedule new futures" not in cold.stderr

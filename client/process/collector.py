@@ -74,9 +74,12 @@ class FullCollectionHold:
             if self._released:
                 return
             self._timer.cancel()
-            self._timer = threading.Timer(seconds, self.release)
-            self._timer.daemon = True
-            self._timer.start()
+            timer = self._timer = threading.Timer(seconds, self.release)
+            timer.daemon = True
+        try:
+            timer.start()
+        except RuntimeError:  # the interpreter is shutting down: no thread to end it later, so now
+            self.release()
 
     @property
     def released(self) -> bool:

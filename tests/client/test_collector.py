@@ -125,6 +125,19 @@ def test_release_after_moves_the_end_later_or_sooner_and_a_released_hold_stays_r
     assert gc.get_threshold() == thresholds
 
 
+def test_release_after_with_no_thread_to_be_had_releases_at_once(thresholds, monkeypatch):
+    import threading
+
+    held = hold_full_collections()
+
+    def refused(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Timer, "start", refused)
+    held.release_after(30)  # a first output as the process exits: nothing raises into the call
+    assert held.released and gc.get_threshold() == thresholds
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
 def test_a_child_forked_during_a_hold_starts_with_the_saved_thresholds(thresholds):
     import os

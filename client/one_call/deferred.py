@@ -6,7 +6,7 @@ the one call changes; started inside the first call it still ran before that cal
 Llama-family restart's first call on an H100, 2026-12-06, most of it the collection compile()'s hold had
 put off). So the first output starts it in a thread of its own and returns, and the hold on the full
 collections (process/collector.py) ends a moment later, not inside the first call. A call the package does
-not serve, ``warm_up()`` and a wait for the snapshot start it at once, in their own thread, and end the
+not serve, ``warm_up()`` and a wait for the snapshot start it at once, in the calling thread, and end the
 hold: torch.compile's allocations come next, and are its to pay.
 """
 from __future__ import annotations

@@ -31,9 +31,11 @@ class Runner:
     calls.leaves does) returns what the model would: the output's structure (a tuple, a dict, a
     transformers ModelOutput) is the package's call spec, rebuilt from its leaves.
 
-    ``cuda_graph``: the first call of each input shape captures the run into a CUDA graph and every
-    later call of that shape replays it (graph.py); a capture that fails is logged once and the
-    package runs without graphs."""
+    ``cuda_graph``: the first call of each input shape runs the package as it is, the second captures
+    the run into a CUDA graph, and every later call of that shape replays it (graph.py); a capture that
+    fails is logged once and the package runs without graphs. The capture (two warm-up runs and the
+    recorded one) stays off the first output, as torch.compile's cudagraph trees record at the second
+    call: on the H100 it was 0.3-0.6 s of the first call of regnet_y_400mf and GPT-2 (docs/benchmarks.md)."""
 
     def __init__(self, path: str, constants: Mapping[str, Any], device: str, *, cuda_graph: bool = False):
         import torch
@@ -60,6 +62,7 @@ class Runner:
         self._unflatten: Callable = pytree.tree_unflatten
         self.cuda_graph = cuda_graph
         self._graphs: Dict[tuple, Callable] = {}
+        self._ran: set = set()  # input shapes run once without a graph: their next call captures one
         self.capture_seconds: Optional[float] = None  # the first capture's
         self.capture_phases: Dict[str, float] = {}  # where the first capture's seconds went (graph.py)
         self.capture_error = ""
@@ -77,8 +80,9 @@ class Runner:
         if self.cuda_graph:
             shapes = tuple(tuple(a.shape) for a in args)
             graphed = self._graphs.get(shapes)
-            if graphed is None and len(self._graphs) < MAX_GRAPHS:
+            if graphed is None and shapes in self._ran and len(self._graphs) < MAX_GRAPHS:
                 graphed = self._capture(shapes, args)
+            self._ran.add(shapes)
             if graphed is not None:
                 return self._unflatten(graphed(args), self._out_spec)
         return self._unflatten(self._loader.run(list(args)), self._out_spec)

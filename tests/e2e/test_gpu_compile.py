@@ -82,6 +82,8 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     assert not compiler, (warm["imported"], eager["imported"])
     if mode == "reduce-overhead":
         assert warm["compile"]["cuda_graph"] and warm["compile"]["capture_s"] is not None, warm["compile"]
+        # the capture belongs to the second call, not the first output (one_call/runner.py)
+        assert warm["captured_by_first_call"] is False, warm
     # a package that convolves (ResNet's does) had cuDNN readied beside the proof, and its first call waited
     # for it (client/one_call/libraries.py)
     phases = warm["compile"]["phases"]

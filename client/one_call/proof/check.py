@@ -17,7 +17,7 @@ import time
 import types
 from typing import Any, Dict, List, Mapping, Optional
 
-from . import bytecode, portable, templates, tracelog
+from . import bytecode, fakes, portable, templates, tracelog
 from .container import NoProof, decode
 from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
 
@@ -150,12 +150,14 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
 def _unpickled(state_bytes: bytes) -> Any:
     """torch's guard state, unpickled where Dynamo expects to be: some sources install a guard when made
     (``ImportSource``, for a module a 4.x transformers model imports inside its forward), which needs a
-    trace's context; here a throwaway one takes it (the guard itself is in the state)."""
+    trace's context; here a throwaway one takes it (the guard itself is in the state). Its fake-tensor mode
+    holds every tensor's fake, as a trace's does, instead of one mode made per tensor (fakes.py)."""
     from torch._dynamo.package import load_guards_state
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with tracing(TracingContext(FakeTensorMode())):
+    mode = FakeTensorMode()
+    with tracing(TracingContext(mode)), fakes.one_mode(mode):
         return load_guards_state(state_bytes)
 
 

@@ -9,6 +9,7 @@ the variants taking turns each round:
             text costs (torch does it whenever that handler is installed, TORCH_TRACE or not; since
             proof/tracelog.py the load detaches it itself where it writes nothing: as ``session`` then)
   tracelog  proof/tracelog.py off: the guard tree's text made for torch's idle trace handler (the code before it)
+  fakes     proof/fakes.py off: torch's unpickling makes a fake-tensor mode per tensor (the code before it)
   nogc      as shipped, the garbage collector off during the load: what its collections cost there
   evalall   proof/templates.py off: torch compiles every guard source's template at each read (the code before it)
 
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-VARIANTS = ("nomemo", "session", "nolog", "nogc", "evalall", "tracelog")
+VARIANTS = ("nomemo", "session", "nolog", "nogc", "evalall", "tracelog", "fakes")
 
 
 def child(name: str, device: str, variant: str, path: str) -> dict:
@@ -61,6 +62,10 @@ def child(name: str, device: str, variant: str, path: str) -> dict:
         from cachesvc_client.one_call.proof import tracelog
 
         tracelog.dropped_records = contextlib.nullcontext
+    elif variant == "fakes":
+        from cachesvc_client.one_call.proof import fakes
+
+        fakes.one_mode = lambda mode: contextlib.nullcontext()
     elif variant == "nolog":
         from torch._logging._internal import trace_log
 

@@ -118,23 +118,45 @@ def _klass(cls: type) -> str:
 
 
 def klass(cls: type) -> str:
-    """A class: the qualified names along its MRO and every member each defines (methods by code)."""
-    classes = getattr(_SESSION, "classes", None)
-    if classes is None:
-        text = f"class:{_fqn(cls)}:" + _klass(cls)
+    """A class: the qualified names along its MRO and every member each defines (methods by code).
+
+    A class reached again while it is being described (``A.kinds = (B,)`` and ``B.kinds = (A,)``) is named
+    there, not described again: without that the description never ends (RecursionError, no proof)."""
+    busy, tainted = _BUSY.__dict__.setdefault("stack", []), _BUSY.__dict__.setdefault("tainted", set())
+    if id(cls) in busy:
+        tainted.update(busy)  # what each class on the way says now depends on where it began: not kept
+        text = f"class:{_fqn(cls)}:cycle"
     else:
-        described = classes.get(id(cls))
-        if described is None or described[0] is not cls:
-            described = classes[id(cls)] = (cls, f"class:{_fqn(cls)}:" + _klass(cls))
-        text = described[1]
+        busy.append(id(cls))
+        try:
+            text = _described(cls, tainted)
+        finally:
+            busy.pop()
+            tainted.discard(id(cls))
     stack = getattr(_NAMED, "stack", None)
     if stack:  # a member of the class being described names this one: its kept description depends on it
         stack[-1][cls] = text
     return text
 
 
+def _described(cls: type, tainted: set) -> str:
+    """``cls``'s description, kept for the session unless a cycle was named inside it (then what it says
+    depends on where the description began; one kept without a cycle reads the same from anywhere)."""
+    classes = getattr(_SESSION, "classes", None)
+    described = classes.get(id(cls)) if classes is not None else None
+    if described is not None and described[0] is cls:
+        return described[1]
+    text = f"class:{_fqn(cls)}:" + _klass(cls)
+    if classes is not None and id(cls) not in tainted:
+        classes[id(cls)] = (cls, text)
+    return text
+
+
 #: the classes described inside ``session()``, per thread: ``{id(cls): (cls, description)}``
 _SESSION = threading.local()
+#: per thread, the ids of the classes being described (``stack``, outermost first: one reached again is named,
+#: a cycle), and those described inside such a cycle (``tainted``)
+_BUSY = threading.local()
 
 
 @contextlib.contextmanager
@@ -185,8 +207,8 @@ def identity(value: Any, depth: int = 0) -> str:
         return repr(value)
     if isinstance(value, types.ModuleType):
         return "module:" + value.__name__
-    if isinstance(value, type):
-        return klass(value)
+    if isinstance(value, type):  # past MAX_DEPTH by name: a closure's class has guards of its own if it is read
+        return klass(value) if depth <= MAX_DEPTH else "type:" + _fqn(value)
     if isinstance(value, enum.Enum):
         return f"enum:{_fqn(type(value))}.{value.name}={constant(value.value, depth + 1)}"
     if isinstance(value, types.FunctionType):

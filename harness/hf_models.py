@@ -1,7 +1,7 @@
 """Small transformers models built from configs (random weights: nothing is fetched from a hub).
 
 Each is a family a service would run: encoders (BERT, RoBERTa, DistilBERT, T5's), decoders without a KV
-cache (GPT-2, OPT, Llama), a vision transformer (ViT). The configs are tiny (hidden size 64, two
+cache (GPT-2, OPT, Llama and its relatives Qwen2, Mistral, Phi-3, Gemma), a vision transformer (ViT). The configs are tiny (hidden size 64, two
 layers) so a cold compile takes seconds on a CPU; ``<name>-large`` widens them for a GPU. A name
 may end in ``-bf16`` or ``-fp16``: the model and its float inputs in that dtype.
 
@@ -25,6 +25,11 @@ FAMILIES = {
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", "text"),
     "opt": ("OPTConfig", "OPTForCausalLM", "text"),
     "llama": ("LlamaConfig", "LlamaForCausalLM", "text"),
+    # Llama's relatives with their own modeling code (the held-out zoo of issue 39 names other decoder families)
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "text"),
+    "mistral": ("MistralConfig", "MistralForCausalLM", "text"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", "text"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", "text"),
     "t5": ("T5Config", "T5EncoderModel", "text"),
     "vit": ("ViTConfig", "ViTModel", "image"),
 }
@@ -69,9 +74,9 @@ def _config_kwargs(family: str, size: Dict[str, int]) -> Dict[str, Any]:
     if family == "opt":
         return dict(common, ffn_dim=ffn, word_embed_proj_dim=h, use_cache=False, pad_token_id=1, bos_token_id=2,
                     eos_token_id=2)
-    if family == "llama":
+    if family in ("llama", "qwen2", "mistral", "phi3", "gemma"):  # gemma's head_dim defaults to 256
         return dict(common, intermediate_size=ffn, num_key_value_heads=heads, use_cache=False, pad_token_id=0,
-                    bos_token_id=1, eos_token_id=2)
+                    bos_token_id=1, eos_token_id=2, **({"head_dim": h // heads} if family == "gemma" else {}))
     return dict(common, intermediate_size=ffn, pad_token_id=1 if family == "roberta" else 0)
 
 

@@ -146,3 +146,30 @@ def test_a_model_on_a_cycle_of_classes_gets_a_proof_that_holds_and_is_refused_af
     assert _python(LOAD, tmp_path, data) == "holds: True"
     (tmp_path / "cyc.py").write_text(textwrap.dedent(MODULE).replace("return self.FACTOR", "return -self.FACTOR"))
     assert _python(LOAD, tmp_path, data).startswith("refused:")
+
+
+PHI3 = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import torch
+from harness.models import build_call
+from cachesvc_client.one_call import proof
+model, args, kwargs = build_call("phi3")
+with torch.no_grad():
+    if sys.argv[3] == "build":
+        open(sys.argv[1], "wb").write(proof.capture(model, args, kwargs).data)
+    else:
+        print("holds:", proof.Proof.load(open(sys.argv[1], "rb").read(), model).holds(args, kwargs))
+"""
+
+
+@pytest.mark.slow
+def test_phi3_gets_a_proof_that_holds_in_another_process(tmp_path):
+    """The model that found it: transformers' Phi-3 (a tiny config, random weights), built and loaded apart."""
+    pytest.importorskip("transformers")
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    data = tmp_path / "proof.bin"
+    _python(PHI3, tmp_path, data, repo, "build")
+    assert _python(PHI3, tmp_path, data, repo, "load") == "holds: True"

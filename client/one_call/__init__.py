@@ -35,6 +35,7 @@ The steps, one module each:
     publisher.py  after a miss: export -> build -> verify -> publish, in a background thread
     export.py     torch.export of a copy of the model, in the serving thread
     build.py      the weightless package, built in a child process (child.py; process/cxx.py)
+    computed.py   the tensors the model's computation makes (not weights), carried inside the package
     verify.py     the publish check: the package against eager, in another child process
     runner.py     a hit: the package opened by the C++ loader on the live tensors (graph.py:
                   reduce-overhead's CUDA-graph replay)

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Dict, Optional, Sequence
 
+from . import computed
 from ..process import cxx as cxx_mod
 from ..errors import LoadFailed
 
@@ -83,8 +84,10 @@ def build_here(exported: str, path: str, mode: Optional[str], imports: Sequence[
         program = torch.export.load(exported)
         if has_depthwise_conv(program):
             options["layout_optimization"] = False
-        with torch.no_grad(), inductor_config.patch(options):
+        weights = {*program.graph_signature.parameters, *program.graph_signature.buffers}
+        with torch.no_grad(), inductor_config.patch(options), computed.recording(weights) as made:
             torch._inductor.aoti_compile_and_package(program, package_path=path)
+        computed.save(path, made)  # the publisher decides whether they travel (computed.py)
     phases = {"imports": imported - started, "package": time.monotonic() - imported}
     phases.update({name: sum(compilation_time_metrics[timer]) for timer, name in BUILD_TIMERS.items()
                    if compilation_time_metrics.get(timer)})

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from . import build, ends, export, proof, support, verify
+from . import build, computed, ends, export, proof, support, verify
 from .. import onefile, settings
 from ..settings import PUBLISH_AT_EXIT_VAR as AT_EXIT_VAR
 from ..errors import CacheClientError
@@ -149,6 +149,7 @@ class Publisher:
         started = time.monotonic()
         phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode, imports=self._imports)
         build_seconds = time.monotonic() - started
+        self._carry_computed(path)
         checked = time.monotonic()
         failed = verify.verify(path, c.model, c.example_inputs, c.device, calls=c.spec.calls, imports=self._imports,
                                cuda_graph=c.cuda_graph, optional=[end.call for end in self._ends])
@@ -169,6 +170,21 @@ class Publisher:
         return dict(report.to_dict(), build_s=build_seconds, build_phases=phases, check_s=check_seconds,
                     proof={"guards": self._proof.guards, "capture_s": round(self._proof.seconds, 3),
                            "bytes": len(self._proof.data)}, exported=self.exported)
+
+    def _carry_computed(self, path: str) -> None:
+        """Put the tensors the computation makes into the package (computed.py), unless the proof says the
+        trace read a tensor outside the model and the call: then the package goes without them, and a
+        restart cannot load it (a miss) rather than run on a build-time copy of the live process's tensor."""
+        if not os.path.exists(computed.sidecar(path)):
+            return
+        if self._proof.reads_inputs:
+            log.info("cachesvc compile %s: the package does not carry the tensors its computation makes: the "
+                     "trace also read tensors outside the model, whose values are the live process's",
+                     self.compiled.name)
+            return
+        carried = computed.attach(path)
+        log.info("cachesvc compile %s: the package carries %d tensor(s) its computation makes",
+                 self.compiled.name, carried)
 
 
 #: how long an exiting process waits for its publish (a package build is tens of seconds on a CPU)

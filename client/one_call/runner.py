@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
+from . import computed
 from .binding import live_constants  # noqa: F401 - the runner's constants, by name (verify, bench)
 from ..errors import LoadFailed
 
@@ -45,12 +46,15 @@ class Runner:
         try:
             self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, index)
             fqns = list(self._loader.get_constant_fqns())
-            missing = [f for f in fqns if f not in constants]
+            # the tensors the computation itself makes, which the package carries (computed.py); the runner
+            # holds them: the loader reads them in place (user_managed)
+            self._computed = computed.read(path, device) if any(f not in constants for f in fqns) else {}
+            missing = [f for f in fqns if f not in constants and f not in self._computed]
             if missing:
                 raise LoadFailed(f"the package wants constants the model lacks: {missing[:3]}")
             # user_managed: the package reads the model's own tensors, no copy (in-place updates are seen)
             self._fqns = fqns
-            self._loader.load_constants({f: constants[f] for f in fqns}, False, True, True)
+            self._loader.load_constants(self._bound(constants), False, True, True)
             in_spec, out_spec = self._loader.get_call_spec()
             #: the call's structure the package was exported for (calls.CallSpec.structure must equal it)
             self.in_spec = pytree.treespec_loads(in_spec)
@@ -71,10 +75,14 @@ class Runner:
         """Point the package at other tensors of the same layouts (binding.py decides): the model's
         replaced parameters. CUDA graphs captured on the old ones are captured again at their next call."""
         try:
-            self._loader.load_constants({f: constants[f] for f in self._fqns}, False, True, True)
+            self._loader.load_constants(self._bound(constants), False, True, True)
         except Exception as exc:  # noqa: BLE001 - as in __init__: the caller falls back to torch.compile
             raise LoadFailed(f"the package could not be rebound: {type(exc).__name__}: {exc}") from exc
         self._graphs = {}
+
+    def _bound(self, constants: Mapping[str, Any]) -> Dict[str, Any]:
+        """The package's constants by name: the model's, and the computed ones it carries."""
+        return {f: constants[f] if f in constants else self._computed[f] for f in self._fqns}
 
     def __call__(self, *args: Any) -> Any:
         if self.cuda_graph:

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .guards import first_line
+from .guards import INPUT, first_line
 from ...errors import CacheClientError
 
 FORMAT = 2
@@ -63,6 +63,12 @@ class Built:
     @property
     def traced(self) -> frozenset:
         return frozenset().union(*(e.traced for e in self.entries))
+
+    @property
+    def reads_inputs(self) -> bool:
+        """Whether a trace read a value outside the model's parameters, buffers and the call (a tensor in a
+        plain attribute or a global, a numpy scalar: capture._record_inputs), which is the live process's."""
+        return any(name.startswith(INPUT) for e in self.entries for name in e.header.get("described", {}))
 
     def add(self, other: "Built") -> "Built":
         return dataclasses.replace(self, entries=self.entries + other.entries)

@@ -67,16 +67,22 @@ class Binding:
         self._tensor_fqns = [fqn for fqn, _ in tensors]
         self._tensors = [t for _, t in tensors]
         self._ptrs = list(map(self._data_ptr, self._tensors))
+        self._every = list(range(len(self._tensors)))
+        # torch's own comparison of storage pointers, in C++ (cudagraph trees check their static inputs with
+        # it): CUDA builds have it. It takes the list as it is; the Python loop is the fall-back.
+        self._ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
     def changed(self) -> Optional[str]:
         """None while every slot holds the object and storage it was bound to; else the first changed fqn."""
-        now = list(map(dict.get, self._stores, self._names))
-        if any(map(operator.is_not, now, self._objects)):  # a slot holds another object (or None)
+        # a slot holds another object (or None); no list is made on the way (this runs before every call)
+        if any(map(operator.is_not, map(dict.get, self._stores, self._names), self._objects)):
+            now = map(dict.get, self._stores, self._names)
             return next(fqn for (fqn, _, _), obj, was in zip(self._slots, now, self._objects) if obj is not was)
-        ptrs = list(map(self._data_ptr, self._tensors))
-        if ptrs == self._ptrs:
+        if self._ptrs_equal is not None and self._ptrs_equal(self._tensors, self._ptrs, self._every):
             return None
-        return next(fqn for fqn, now_ptr, was in zip(self._tensor_fqns, ptrs, self._ptrs) if now_ptr != was)
+        ptrs = list(map(self._data_ptr, self._tensors))
+        # None also where torch's comparison said otherwise and the pointers are the same (it never should)
+        return next((fqn for fqn, now_ptr, was in zip(self._tensor_fqns, ptrs, self._ptrs) if now_ptr != was), None)
 
     def refresh(self) -> Optional[str]:
         """Take the model's tensors as they are now. None when each has its bound one's layout (the

@@ -212,10 +212,28 @@ def test_the_code_key_is_the_same_in_every_process():
                                                     identity.config_fingerprint(tiny())]
 
 
+def _same_pointers(tensors, ptrs, indices):
+    """torch's ``_tensors_data_ptrs_at_indices_equal`` as CUDA builds define it, for a CPU build."""
+    return all(tensors[i].data_ptr() == ptrs[i] for i in indices)
+
+
+@pytest.fixture(params=["python", "torch"])
+def pointer_check(request, monkeypatch):
+    """The binding's storage check both ways: the Python loop, and torch's C++ comparison (CUDA builds have
+    it; a CPU build runs its definition, so there only the binding's use of it is tested)."""
+    name = "_tensors_data_ptrs_at_indices_equal"
+    if request.param == "python":
+        monkeypatch.delattr(torch._C, name, raising=False)
+    else:
+        monkeypatch.setattr(torch._C, name, getattr(torch._C, name, _same_pointers), raising=False)
+    return request.param
+
+
 @pytest.mark.parametrize("how", ["assign", "data", "param", "dict"])
-def test_the_binding_sees_a_replaced_tensor_and_takes_it_when_it_fits(how):
+def test_the_binding_sees_a_replaced_tensor_and_takes_it_when_it_fits(how, pointer_check):
     model = tiny()
     binding = Binding(model)
+    assert (binding._ptrs_equal is not None) == (pointer_check == "torch")  # the path under test
     assert binding.changed() is None
     with torch.no_grad():
         model.fc1.weight.mul_(2)  # in place: the package reads it as it is, nothing to rebind
@@ -234,7 +252,7 @@ def test_the_binding_sees_a_replaced_tensor_and_takes_it_when_it_fits(how):
     assert binding.constants["fc1.weight"].data_ptr() == new.data_ptr()
 
 
-def test_the_binding_sees_a_buffer_written_straight_into_buffers():
+def test_the_binding_sees_a_buffer_written_straight_into_buffers(pointer_check):
     model = tiny()
     model.act.register_buffer("scale", torch.ones(16))
     binding = Binding(model)

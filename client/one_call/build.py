@@ -6,6 +6,7 @@ is linked with its own C++ runtime (process/cxx.py).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import subprocess
@@ -31,17 +32,18 @@ BUILD_TIMERS = {
 }
 
 
-def build(exported: str, path: str, *, mode: Optional[str], imports: Sequence[str] = (),
+def build(exported: str, path: str, *, mode: Optional[str], imports: Sequence[str] = (), carry: bool = False,
           timeout: float = 1800) -> Dict[str, float]:
     """Build the weightless package at ``path`` (.pt2) from the program ``export`` saved, in a child process.
     ``imports``: the modules that define the program's pytree types (export.py says why the child needs them).
+    ``carry``: the tensors the computation makes may be carried (computed.py; the caller's proof decides).
     Returns where the build's seconds went (``build_here``'s phases; empty when the child did not say).
 
     A child: Inductor's code generation is minutes of Python that would hold the GIL from the serving
     thread and patch process-wide config and fx state under it; a compiler or a build that crashes
     takes only the child."""
     done = subprocess.run([sys.executable, "-m", f"{__package__}.child", "build", exported, path, mode or "",
-                           ",".join(imports)],
+                           ",".join(imports), "carry" if carry else ""],
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise LoadFailed(f"building the package failed (exit {done.returncode}): {last_line(done)}")
@@ -58,7 +60,8 @@ def _phases(stdout: str) -> Dict[str, float]:
         return {}
 
 
-def build_here(exported: str, path: str, mode: Optional[str], imports: Sequence[str] = ()) -> Dict[str, float]:
+def build_here(exported: str, path: str, mode: Optional[str], imports: Sequence[str] = (),
+               carry: bool = False) -> Dict[str, float]:
     """The child's part of ``build``; returns its phases in seconds: ``imports`` (torch, Inductor's config
     and the compiler wrapper's set-up, up to the build), ``package`` (``aoti_compile_and_package`` as a whole) and Inductor's own timers (``BUILD_TIMERS``).
     The wrapper is linked with its own C++ runtime (process/cxx.py says why); where that cannot be done no
@@ -85,9 +88,10 @@ def build_here(exported: str, path: str, mode: Optional[str], imports: Sequence[
         if has_depthwise_conv(program):
             options["layout_optimization"] = False
         weights = {*program.graph_signature.parameters, *program.graph_signature.buffers}
-        with torch.no_grad(), inductor_config.patch(options), computed.recording(weights) as made:
+        made = computed.recording(weights) if carry else contextlib.nullcontext({})
+        with torch.no_grad(), inductor_config.patch(options), made as seen:
             torch._inductor.aoti_compile_and_package(program, package_path=path)
-        computed.save(path, made)  # the publisher decides whether they travel (computed.py)
+        computed.save(path, seen)  # beside the package: the publisher puts them into it (computed.attach)
     phases = {"imports": imported - started, "package": time.monotonic() - imported}
     phases.update({name: sum(compilation_time_metrics[timer]) for timer, name in BUILD_TIMERS.items()
                    if compilation_time_metrics.get(timer)})

@@ -1,11 +1,12 @@
 """The AOTInductor route's child processes (build.py, verify.py): build a package, or run one once.
 
-    python -m cachesvc_client.one_call.child build EXPORTED PACKAGE MODE IMPORTS
+    python -m cachesvc_client.one_call.child build EXPORTED PACKAGE MODE IMPORTS CARRY
     python -m cachesvc_client.one_call.child check PACKAGE GIVEN BACK DEVICE [graph]
 
 ``build``: EXPORTED is the program export.py saved (IMPORTS: the comma-separated
 modules that define its pytree types, imported first); the weightless
-package is built at PACKAGE with the self-contained compiler, and the last
+package is built at PACKAGE with the self-contained compiler (CARRY ``carry``:
+the tensors the computation makes are left beside it, computed.py), and the last
 stdout line says where the seconds went. ``check``:
 verify.py runs it before a package is published: GIVEN (torch.save
 of {"constants": {fqn: tensor}, "calls": [[tensor]], "imports": [module]}) is
@@ -66,8 +67,9 @@ def main(argv) -> int:
     verb, args = argv[0], argv[1:]
     try:
         if verb == "build":
-            exported, package, mode, imports = args
-            phases = build.build_here(exported, package, mode or None, [m for m in imports.split(",") if m])
+            exported, package, mode, imports, carry = args
+            phases = build.build_here(exported, package, mode or None, [m for m in imports.split(",") if m],
+                                      carry=carry == "carry")
             print(json.dumps({"build_phases": phases}))  # the last line: build.build reads it
         elif verb == "check":
             check(*args)

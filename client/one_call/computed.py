@@ -8,12 +8,14 @@ be loaded (runner.py), and the model got no package at all.
 
 Such a tensor is a value of the computation, not state: torch.compile traces the same ``torch.tensor``
 call as an operation on Python constants, and its guards pin those constants (the config value), so the
-proof refuses a process where they differ. The build records what Inductor read under those names
-(``recording``), the child saves them beside the package (``save``), and the publisher puts them into the
-package's zip (``attach``) only when the proof says the trace read no tensor outside the model's
-parameters, buffers and the call (``proof.Built.reads_inputs``): a tensor held in a plain attribute or a
-global would be the live process's, so its build-time value must not be carried. The check that runs
-the package on other weights before it is published (verify.py) runs with them too.
+proof refuses a process where they differ. So where the proof says the trace read no tensor outside the
+model's parameters, buffers and the call (``proof.Built.reads_inputs``: a tensor held in a plain attribute
+or a global is the live process's, and its build-time value must not be carried), the build is asked to
+carry them (build.py ``carry``): a scalar becomes a constant in the kernels' code, as Inductor makes it by
+default (a CPU scalar beside CUDA tensors cannot be a Triton kernel's pointer argument: the build of
+Gemma on the H100 failed so), and the rest are recorded as Inductor reads them (``recording``), left
+beside the package by the child (``save``) and put into its zip by the publisher (``attach``). The check
+that runs the package on other weights before it is published (verify.py) runs with them too.
 """
 from __future__ import annotations
 
@@ -41,9 +43,11 @@ def sidecar(package: str) -> str:
 
 @contextlib.contextmanager
 def recording(weights: Set[str]) -> Iterator[Dict[str, Any]]:
-    """While Inductor lowers, record every tensor it reads under a ``NAME`` that is not in ``weights``
-    (the program's parameters and buffers): name -> a CPU copy. Wraps GraphLowering.get_attr, where
-    Inductor reads each of the graph's tensors once; nothing else of the lowering changes."""
+    """While Inductor lowers, take every tensor it reads under a ``NAME`` that is not in ``weights`` (the
+    program's parameters and buffers): a scalar into the code, the rest recorded (name -> a CPU copy).
+    Wraps GraphLowering.get_attr, where Inductor reads each of the graph's tensors once; nothing else of
+    the lowering changes."""
+    from torch._inductor import config as inductor_config
     from torch._inductor import graph as inductor_graph
 
     seen: Dict[str, Any] = {}
@@ -53,6 +57,9 @@ def recording(weights: Set[str]) -> Iterator[Dict[str, Any]]:
     def get_attr(self: Any, target: str, *args: Any, **kwargs: Any) -> Any:
         if isinstance(target, str) and NAME.match(target) and target not in weights:
             value = inductor_graph.getattr_recursive(self.module, target)
+            if _is_plain_tensor(value) and value.dim() == 0:
+                with inductor_config.patch(always_keep_tensor_constants=False):
+                    return original(self, target, *args, **kwargs)
             if _is_plain_tensor(value):
                 seen[target] = value.detach().to("cpu", copy=True)
         return original(self, target, *args, **kwargs)

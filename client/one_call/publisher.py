@@ -147,9 +147,14 @@ class Publisher:
             raise CacheClientError(self._not_exported or "the model was not exported")
         path = os.path.join(self._work, onefile.FILENAMES[support.KIND])
         started = time.monotonic()
-        phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode, imports=self._imports)
+        # the tensors the computation makes travel in the package only where the proof says the trace read no
+        # tensor outside the model and the call: one in a plain attribute or a global is the live process's
+        phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode, imports=self._imports,
+                             carry=not self._proof.reads_inputs)
         build_seconds = time.monotonic() - started
-        self._carry_computed(path)
+        carried = computed.attach(path)
+        if carried:
+            log.info("cachesvc compile %s: the package carries %d tensor(s) its computation makes", c.name, carried)
         checked = time.monotonic()
         failed = verify.verify(path, c.model, c.example_inputs, c.device, calls=c.spec.calls, imports=self._imports,
                                cuda_graph=c.cuda_graph, optional=[end.call for end in self._ends])
@@ -170,21 +175,6 @@ class Publisher:
         return dict(report.to_dict(), build_s=build_seconds, build_phases=phases, check_s=check_seconds,
                     proof={"guards": self._proof.guards, "capture_s": round(self._proof.seconds, 3),
                            "bytes": len(self._proof.data)}, exported=self.exported)
-
-    def _carry_computed(self, path: str) -> None:
-        """Put the tensors the computation makes into the package (computed.py), unless the proof says the
-        trace read a tensor outside the model and the call: then the package goes without them, and a
-        restart cannot load it (a miss) rather than run on a build-time copy of the live process's tensor."""
-        if not os.path.exists(computed.sidecar(path)):
-            return
-        if self._proof.reads_inputs:
-            log.info("cachesvc compile %s: the package does not carry the tensors its computation makes: the "
-                     "trace also read tensors outside the model, whose values are the live process's",
-                     self.compiled.name)
-            return
-        carried = computed.attach(path)
-        log.info("cachesvc compile %s: the package carries %d tensor(s) its computation makes",
-                 self.compiled.name, carried)
 
 
 #: how long an exiting process waits for its publish (a package build is tens of seconds on a CPU)

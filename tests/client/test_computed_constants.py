@@ -2,16 +2,15 @@
 
 transformers 4.57's Gemma makes ``torch.tensor(hidden_size ** 0.5)`` in its forward: AOTInductor asked
 the loader for it as ``_tensor_constant0``, which the live model does not have, so the model never got
-a package. Here a small model makes a 9-element table the same way: its package carries the table, runs on
-another model's live weights and equals eager; without the carried entry it cannot load. The carry is
-refused where the trace read a tensor outside the model (a plain attribute), and the entry's bytes are
-untrusted like the rest of the package: anything but tensors under AOTInductor's names is a LoadFailed.
+a package. Here a small model makes a scalar and a 9-element table the same way: its package carries the
+table (the scalar is a constant in the code), runs on another model's live weights and equals eager; a
+package built without them cannot load. The publisher asks for them only where the trace read no tensor
+outside the model (a plain attribute would be the live process's), and the entry's bytes are untrusted
+like the rest of the package: anything but tensors under AOTInductor's names is a LoadFailed.
 """
 from __future__ import annotations
 
 import io
-import logging
-import types
 import zipfile
 
 import pytest
@@ -20,7 +19,6 @@ torch = pytest.importorskip("torch")
 
 from cachesvc_client.errors import LoadFailed  # noqa: E402
 from cachesvc_client.one_call import build, computed, export, proof, support, verify  # noqa: E402
-from cachesvc_client.one_call.publisher import Publisher  # noqa: E402
 from cachesvc_client.one_call.runner import Runner, live_constants  # noqa: E402
 from tests.helpers import INDUCTOR_IN_PROCESS_MARKS, restore_recursion_limit  # noqa: E402,F401 - the fixture
 
@@ -37,7 +35,8 @@ class MakesATable(torch.nn.Module):
         self.scale = scale
 
     def forward(self, x):
-        return self.fc(x) + torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])[:8] * self.scale
+        table = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])[:8]
+        return self.fc(x) * torch.tensor(self.scale ** 0.5, dtype=x.dtype) + table * self.scale  # Gemma's scalar too
 
 
 class ReadsAPlainTensor(MakesATable):
@@ -61,11 +60,12 @@ def test_a_package_carries_the_tensors_its_forward_makes_and_runs_on_live_weight
         pytest.skip(support.support())
     exported, package = str(tmp_path / "exported.pt2"), str(tmp_path / "model.pt2")
     export.export(MakesATable(0), (x,), exported)
-    build.build(exported, package, mode=None)
     other = MakesATable(7)
+    build.build(exported, package, mode=None, carry=True)
     with pytest.raises(LoadFailed, match="wants constants the model lacks: \\['_tensor_constant"):
-        Runner(package, live_constants(other), "cpu")  # the build's table left beside it, not in it
-    assert computed.attach(package) == 1
+        Runner(package, live_constants(other), "cpu")  # the build's table left beside it, not in it yet:
+    # as a package built without carry=True (the proof read a tensor outside the model) stays
+    assert computed.attach(package) == 1  # the table; the scalar is a constant in the code
     runner = Runner(package, live_constants(other), "cpu")
     with torch.no_grad():
         torch.testing.assert_close(runner(x), other(x))
@@ -76,22 +76,10 @@ def test_a_package_carries_the_tensors_its_forward_makes_and_runs_on_live_weight
     verify.verify(package, MakesATable(0), (x,), "cpu")  # the publish-time check, on other weights
 
 
-def test_the_carry_needs_a_proof_that_read_no_tensor_outside_the_model(tmp_path, x, caplog):
-    made = proof.capture(MakesATable(0), (x,), {})
-    plain = proof.capture(ReadsAPlainTensor(0), (x,), {})
-    assert not made.reads_inputs and plain.reads_inputs
-    for built, carried in ((plain, False), (made, True)):
-        package = tmp_path / f"{carried}.pt2"
-        with zipfile.ZipFile(package, "w") as archive:
-            archive.writestr("model/data.bin", b"")
-        computed.save(str(package), {"_tensor_constant0": torch.ones(3)})
-        publisher = types.SimpleNamespace(_proof=built, compiled=types.SimpleNamespace(name="m"))
-        with caplog.at_level(logging.INFO, logger="cachesvc_client"):
-            Publisher._carry_computed(publisher, str(package))
-        assert (computed.ENTRY in zipfile.ZipFile(package).namelist()) is carried
-        assert torch.equal(computed.read(str(package), "cpu").get("_tensor_constant0", torch.zeros(3)),
-                           torch.ones(3) if carried else torch.zeros(3))
-    assert "the trace also read tensors outside the model" in caplog.text
+def test_the_proof_says_whether_the_trace_read_a_tensor_outside_the_model(x):
+    """What the publisher asks the build by (``carry=not reads_inputs``)."""
+    assert not proof.capture(MakesATable(0), (x,), {}).reads_inputs
+    assert proof.capture(ReadsAPlainTensor(0), (x,), {}).reads_inputs
 
 
 class RunsCode:

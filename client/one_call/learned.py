@@ -83,8 +83,14 @@ class Learned:
         self._thread = threading.Thread(target=self._run, name=f"cachesvc-learned-{compiled.name}", daemon=True)
 
     def start(self) -> None:
+        # the exit's wait first: a thread started once the interpreter is exiting (a hit's background start,
+        # which the exit lets finish) would be inside AOTInductor's loader when it finalizes (exit -6: CI,
+        # 2026-12-06); such a process opens nothing, and no call waits for the listing
+        if not at_exit(self._stop_at_exit):
+            self._listed.set()
+            self._done.set()
+            return
         self._thread.start()
-        at_exit(self._stop_at_exit)
 
     def _stop_at_exit(self) -> None:
         """At interpreter exit: open no more packages, and let the one being opened finish (a short-lived

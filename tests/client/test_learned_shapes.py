@@ -164,6 +164,25 @@ def test_a_process_that_exits_while_a_learned_package_opens_waits_for_it_and_ope
     assert "cachesvc" not in done.stderr, done.stderr  # a short-lived process's exit is not a fault: silent
 
 
+def test_a_learned_start_while_the_interpreter_exits_opens_nothing(tmp_path):
+    """A hit's background start runs in a thread the exit waits for (deferred.py): the learned packages it
+    starts then must not begin opening under a finalizing interpreter (CI, 2026-12-06: a fleet process
+    printed its result and died -6, "terminate called without an active exception")."""
+    import subprocess
+    import sys
+
+    script, log = tmp_path / "exits.py", tmp_path / "opened.log"
+    starts_at_exit = EXITS_WHILE_OPENING.split("found = learned.Learned")[0] + (
+        "import threading\n"
+        "found = learned.Learned(Compiled(), limit=16)\n"
+        "threading._register_atexit(lambda: (found.start(), print('done', found.wait(0), flush=True)))\n"
+        "print('exiting', flush=True)\n")
+    script.write_text(starts_at_exit)
+    done = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "exiting\ndone True\n", (done.stdout, done.stderr[-3000:])
+    assert not log.exists() and not done.stderr, done.stderr  # nothing opened, nothing said
+
+
 class CountingSlot:
     """A learned package's slot as Learned dispatches to it: its spec's own check, counted (the real
     Slot adds its proof's guards and the live tensors; ``refuse`` stands for either failing)."""

@@ -90,7 +90,7 @@ def _parse(kind: Any, raw: str) -> Any:
 ELSEWHERE = frozenset({
     "URL", "TOKEN", "ENV_FILE", "MIN_COMPILE_SECONDS", "COMPILE_ROUTE", "SIGNING_KEY", "TRUSTED_KEYS",
     "EXTRA_ROOTS", "REQUIRE_HIT", "PUBLISH_AT_EXIT_S", "TORCH_FIXES", "USAGE", "USAGE_INTERVAL_S",
-    "USAGE_AT_EXIT_S", "LEARNED_PACKAGES", "GC_HOLD", "LIBRARY_WARMUP",  # the client library
+    "USAGE_AT_EXIT_S", "LEARNED_PACKAGES", "GC_HOLD", "LIBRARY_WARMUP", "PROOF_PINS",  # the client library
     "TORCH", "TEST_PG", "GPU_RESULTS", "GPU_COMPILE_MODELS", "GPU_DECODER",  # scripts/ and the tests' harness
     "BUCKET", "PORT", "PUBLISH",  # docker-compose.yml, deploy/integrations
 })

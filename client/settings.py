@@ -23,6 +23,7 @@ The variables (what each does is said where it is used, and in docs/client.md):
     CACHESVC_LEARNED_PACKAGES           how many packages of learned shapes the one call fetches (0: none)
     CACHESVC_GC_HOLD                    0: the one call does not hold the full collections (process/collector.py)
     CACHESVC_LIBRARY_WARMUP             0: a hit does not ready cuDNN beside the proof (one_call/libraries.py)
+    CACHESVC_PROOF_PINS                 0: the proof's trees pin no tensors; the binding walks the slots (proof/pins.py)
 
 and, in ``tool_env``, the variables by which torch, Triton, vLLM, FlashInfer, DeepGEMM and the CUDA driver
 place their caches (``TOOL_VARS``), read by ``process/roots.py`` with each tool's own rule.
@@ -71,6 +72,7 @@ USAGE_AT_EXIT_VAR = "CACHESVC_USAGE_AT_EXIT_S"
 LEARNED_PACKAGES_VAR = "CACHESVC_LEARNED_PACKAGES"
 GC_HOLD_VAR = "CACHESVC_GC_HOLD"
 LIBRARY_WARMUP_VAR = "CACHESVC_LIBRARY_WARMUP"
+PROOF_PINS_VAR = "CACHESVC_PROOF_PINS"
 
 #: the other tools' cache-folder variables (process/roots.py mirrors how each tool reads its own)
 TOOL_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT",
@@ -80,7 +82,7 @@ __all__ = ["Settings", "current", "read", "reload", "TOOL_VARS", "URL_VAR", "TOK
            "OVERRIDE_PREFIX", "TRUSTED_KEYS_VAR", "SIGNING_KEY_VAR", "REQUIRE_HIT_VAR", "MIN_COMPILE_SECONDS_VAR",
            "EXTRA_ROOTS_VAR", "PUBLISH_AT_EXIT_VAR", "COMPILE_ROUTE_VAR", "TORCH_FIXES_VAR", "USAGE_VAR",
            "USAGE_INTERVAL_VAR", "USAGE_AT_EXIT_VAR", "LEARNED_PACKAGES_VAR", "GC_HOLD_VAR",
-           "LIBRARY_WARMUP_VAR"]
+           "LIBRARY_WARMUP_VAR", "PROOF_PINS_VAR"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Settings:
     learned_packages: Optional[str] = None         # CACHESVC_LEARNED_PACKAGES as set (None when unset)
     gc_hold: bool = True                           # False only for CACHESVC_GC_HOLD=0
     library_warmup: bool = True                    # False only for CACHESVC_LIBRARY_WARMUP=0
+    proof_pins: bool = True                        # False only for CACHESVC_PROOF_PINS=0
     #: the TOOL_VARS that are set (an empty value included: some tools count it as set)
     tool_env: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
@@ -138,6 +141,7 @@ def read(environ: Optional[Mapping[str, str]] = None) -> Settings:
         learned_packages=env.get(LEARNED_PACKAGES_VAR),
         gc_hold=env.get(GC_HOLD_VAR, "1") != "0",
         library_warmup=env.get(LIBRARY_WARMUP_VAR, "1") != "0",
+        proof_pins=env.get(PROOF_PINS_VAR, "1") != "0",
         tool_env=MappingProxyType({name: env[name] for name in TOOL_VARS if name in env}),
     )
 

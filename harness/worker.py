@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from typing import Optional
 
 T0 = time.perf_counter()
 
@@ -121,6 +122,11 @@ def _replaced(how: str, model, call, inputs) -> float:
                     module._parameters[pname] = torch.nn.Parameter(param.detach() * 1.5,
                                                                    requires_grad=param.requires_grad)
         return float((call(*inputs) - model(*inputs)).abs().max())
+
+
+def _walks_slots(call) -> Optional[bool]:
+    """Whether the hit's binding walks the model's slots before each call (None: no package serves)."""
+    return getattr(getattr(call, "_slot", None), "walks_slots", None)
 
 
 def _await_threshold(want: int, limit: float = 10.0):
@@ -349,9 +355,12 @@ def main() -> None:
     out["output_type"] = type(result).__name__  # a ModelOutput stays one through the one call
     out["transformers"] = getattr(sys.modules.get("transformers"), "__version__", None)
     if args.replace_weights:
+        out["walks_slots_before"] = _walks_slots(call)
         out["replaced_max_abs_diff"] = _replaced(args.replace_weights, model, call, inputs)
+        out["walks_slots_after"] = _walks_slots(call)
     if args.one_call:
         out["compile"] = {"calls": dict(call.calls), "route": call.route, "source": call.source, "miss_reason": call.miss_reason,
+                          "walks_slots": _walks_slots(call),
                           "load_s": call.load_seconds, "proof_s": getattr(call, "proof_seconds", None),
                           "proof_guards": getattr(call, "proof_guards", None), "cuda_graph": call.cuda_graph, "capture_s": call.capture_seconds,
                           "why": getattr(call.calls, "why", None), "causes": getattr(call.calls, "causes", None),

@@ -72,10 +72,15 @@ class Binding:
         # it): CUDA builds have it. It takes the list as it is; the Python loop is the fall-back.
         self._ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
-    def changed(self) -> Optional[str]:
-        """None while every slot holds the object and storage it was bound to; else the first changed fqn."""
+    def held_in_slots(self, fqns: Any) -> List[Any]:
+        """The objects the slots of these parameters and buffers held when bound (fqns it does not know: left out)."""
+        return [t for fqn, t in zip(self._tensor_fqns, self._tensors) if fqn in fqns]
+
+    def changed(self, slots: bool = True) -> Optional[str]:
+        """None while every slot holds the object and storage it was bound to; else the first changed fqn.
+        ``slots=False``: the storage only, where the proof's trees pin the slots' objects (proof/pins.py)."""
         # a slot holds another object (or None); no list is made on the way (this runs before every call)
-        if any(map(operator.is_not, map(dict.get, self._stores, self._names), self._objects)):
+        if slots and any(map(operator.is_not, map(dict.get, self._stores, self._names), self._objects)):
             now = map(dict.get, self._stores, self._names)
             return next(fqn for (fqn, _, _), obj, was in zip(self._slots, now, self._objects) if obj is not was)
         if self._ptrs_equal is not None and self._ptrs_equal(self._tensors, self._ptrs, self._every):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import computed
 from .binding import live_constants  # noqa: F401 - the runner's constants, by name (verify, bench)
@@ -70,6 +70,11 @@ class Runner:
         self.capture_seconds: Optional[float] = None  # the first capture's
         self.capture_phases: Dict[str, float] = {}  # where the first capture's seconds went (graph.py)
         self.capture_error = ""
+
+    @property
+    def constant_fqns(self) -> List[str]:
+        """The names of the constants the package runs on."""
+        return list(self._fqns)
 
     def rebind(self, constants: Mapping[str, Any]) -> None:
         """Point the package at other tensors of the same layouts (binding.py decides): the model's

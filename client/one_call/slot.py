@@ -38,6 +38,10 @@ class Slot:
         self.phases: Dict[str, float] = {}
         #: cuDNN, readied beside the proof where it convolves (libraries.py): waited for before its first run
         self.libraries = libraries.Warmup()
+        #: whether the binding walks the slots before each call: not while the proof's trees pin every tensor
+        #: the package runs on (proof/pins.py), from the first replaced one on
+        self.walks_slots = not (proof.pins_tensors and
+                                {id(t) for t in binding.held_in_slots(set(runner.constant_fqns))} <= proof.pinned())
 
     def refusal(self, args: tuple, kwargs: dict, model: Any, name: str) -> Tuple[Optional[str], bool, Optional[List[Any]]]:
         """``(why not, declared, flat)``: why this package does not serve the call (None: it does), whether
@@ -52,13 +56,22 @@ class Slot:
         try:
             if self.proof.holds(args, kwargs):
                 return None
+            if self.proof.pins_tensors and self.binding.changed() is not None:
+                # a tensor replaced in its slot fails its pin: the trees again without pins, and the binding's
+                # walk before each call from now on (_stale rebinds what changed): one rebuild, not one a swap
+                self.proof, self.walks_slots = self.proof.unpinned(), True
+                if self.proof.holds(args, kwargs):
+                    return None
+        except proof_mod.NoProof as exc:  # the rebuilt trees: the model is no longer the build's, for good
+            self.dead = True
+            return f"the package's guards fail for this call: {exc.message}"
         except Exception as exc:  # noqa: BLE001 - a check that cannot run proves nothing: torch.compile serves
             return f"the package's guards could not be checked for this call: {type(exc).__name__}: {exc}"
         return f"the package's guards fail for this call: {self.proof.why_not(args, kwargs)}"
 
     def _stale(self, name: str) -> Optional[str]:
         """None while the package runs on the model's tensors (rebinding replaced ones); else why not."""
-        changed = self.binding.changed()
+        changed = self.binding.changed(slots=self.walks_slots)
         if changed is None:
             return None
         why = self.binding.refresh()
@@ -85,10 +98,12 @@ def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device:
     if settings.current().library_warmup:  # beside the proof: cuDNN, which its first run would ready
         warmup.start(report.artifacts[0], itertools.chain(model.parameters(), model.buffers()), device)
     try:
-        # the proof first: a package that cannot vouch for this model is not even opened
-        checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), model)
-        marks.append(time.monotonic())
+        # the binding (cheap), then the proof: a package that cannot vouch for this model is not opened. The
+        # trees pin the objects the binding holds (proof/pins.py); one replaced between the two fails its pin
         binding = Binding(model)
+        marks.append(time.monotonic())
+        checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), model,
+                                       pin_tensors=settings.current().proof_pins)
         marks.append(time.monotonic())
         runner = Runner(report.artifacts[0], binding.constants, device, cuda_graph=cuda_graph)
         marks.append(time.monotonic())
@@ -101,5 +116,5 @@ def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device:
         return None, "the package's inputs are not this call's arguments"
     slot = Slot(shape, spec, runner, binding, checked, report)
     slot.libraries = warmup
-    slot.phases = {phase: round(end - start, 4) for phase, start, end in zip(("proof", "bind", "load"), marks, marks[1:])}
+    slot.phases = {phase: round(end - start, 4) for phase, start, end in zip(("bind", "proof", "load"), marks, marks[1:])}
     return slot, ""

@@ -184,6 +184,9 @@ def test_replaced_weights_are_seen_at_the_next_call(built, how):
     assert r["compile"]["source"] == "artifact", r["compile"]
     assert r["replaced_max_abs_diff"] < TOL, r
     assert r["compile"]["calls"] == {"artifact": 2, "torch.compile": 0}  # rebound: still the package
+    # the proof's trees pinned every tensor (no walk of the slots per call) until one was replaced in its slot;
+    # ``.data =`` keeps the objects, and the pointer check rebinds it
+    assert r["walks_slots_before"] is False and r["walks_slots_after"] is (how != "data"), r
 
 
 def test_verify_checks_the_first_call_against_eager(built):

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import importlib
 import linecache
+import logging
 import os
 import sys
 import time
@@ -20,6 +21,9 @@ from typing import Any, Dict, List, Mapping, Optional
 from . import bytecode, fakes, portable, templates, tracelog
 from .container import NoProof, decode
 from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
+from .pins import Pins
+
+log = logging.getLogger("cachesvc_client")
 
 
 class Proof:
@@ -28,32 +32,63 @@ class Proof:
     line) when the live state is not the build's."""
 
     def __init__(self, model: Any, managers: List[Any], guards: int, seconds: float,
-                 phases: Optional[Dict[str, float]] = None, hooks: Optional["Hooks"] = None):
+                 phases: Optional[Dict[str, float]] = None, hooks: Optional["Hooks"] = None,
+                 pins: Optional[List[Pins]] = None, data: bytes = b""):
         self.model, self._managers, self.guards, self.load_seconds = model, managers, guards, seconds
         #: where ``load_seconds`` went: imports, sources, unpickle, compare, tree, check (summed over the entries)
         self.phases = dict(phases or {})
         self._hooks = hooks
+        self._pins, self._data = list(pins or ()), data
+        #: whether every tree checks every module tensor it reads as the object it was loaded on (pins.py)
+        self.pins_tensors = bool(self._pins) and all(p.held for p in self._pins)
+
+    def pinned(self) -> set:
+        """The ids of the objects every tree pins (those of the first tree: each entry traced the same model)."""
+        return {id(o) for o in self._pins[0].objects} if self.pins_tensors else set()
 
     @classmethod
-    def load(cls, data: bytes, model: Any) -> "Proof":
+    def load(cls, data: bytes, model: Any, *, pin_tensors: bool = True) -> "Proof":
+        if not pin_tensors:
+            return cls._load(data, model, False)
+        try:
+            return cls._load(data, model, True)
+        except NoProof as exc:  # as it would be without pins? (a torch whose tree builder takes no pin: serve)
+            proof = cls._load(data, model, False)
+            log.debug("cachesvc proof: the trees pin no tensors (with pins: %s)", exc.message)
+            return proof
+
+    @classmethod
+    def _load(cls, data: bytes, model: Any, pin_tensors: bool) -> "Proof":
         import torch
 
         started = time.monotonic()
         header, entries = decode(data, torch.__version__)
         _check_environment(header["environ"])
-        managers, why, phases, hooks = [], "", {}, Hooks(model)
+        managers, why, phases, hooks, pins = [], "", {}, Hooks(model), []
         for entry, state in entries:
+            entry_pins: Optional[List[Pins]] = [] if pin_tensors else None
             try:
                 with templates.compiled_once():  # the comparison and torch's tree read every source
-                    managers.append(_rebuild(entry, state, model, phases, hooks))
+                    managers.append(_rebuild(entry, state, model, phases, hooks, entry_pins))
+                pins.extend(entry_pins or ())
             except NoProof as exc:
                 why = why or exc.message
             except Exception as exc:  # noqa: BLE001 - a state torch cannot rebuild here is no proof
                 why = why or f"the guards could not be rebuilt here: {first_line(exc)}"
             if not managers:  # the example's own entry comes first: without it nothing serves
                 raise NoProof(why)
+        failed = next((p.failed for p in pins if not p.held), "")
+        if failed:  # a tree with some pins: trees without any, and the binding's walk
+            log.debug("cachesvc proof: the trees pin no tensors (%s)", failed)
+            return cls._load(data, model, False)
         guards = sum(int(entry.get("guards", 0)) for entry, _ in entries)
-        return cls(model, managers, guards, time.monotonic() - started, phases, hooks)
+        return cls(model, managers, guards, time.monotonic() - started, phases, hooks, pins, data)
+
+    def unpinned(self) -> "Proof":
+        """This proof's trees built again over the model as it is now, pinning no tensor (a tensor was replaced
+        in its slot: the binding walks the slots from now on). Raises NoProof when the model no longer
+        matches the build."""
+        return Proof.load(self._data, self.model, pin_tensors=False)
 
     def holds(self, args: tuple, kwargs: dict) -> bool:
         """Whether the package computes what the model would for this call, as torch.compile decides (and
@@ -103,9 +138,11 @@ TREE_CONFIG = {"skip_nnmodule_hook_guards": True, "use_lamba_guard_for_object_al
 HOOK_KIND = "EMPTY_NN_MODULE_HOOKS_DICT"
 
 
-def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, float], hooks: "Hooks") -> Any:
-    """One entry's guard tree over the live ``model``, after its descriptions and sources compared equal;
-    ``phases`` adds where the seconds went ("imports": Dynamo's, the first time; most of a small model's proof)."""
+def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, float], hooks: "Hooks",
+             pins: Optional[List[Pins]] = None) -> Any:
+    """One entry's guard tree over the live ``model``, after its descriptions and sources compared equal; where
+    ``pins`` is a list, the tree pins its module tensors and the list gets them (pins.py). ``phases`` adds where
+    the seconds went ("imports": Dynamo's, the first time; most of a small model's proof)."""
     started = time.perf_counter()
     from torch._dynamo import config as dynamo_config, convert_frame
     from torch._dynamo.guards import CheckFunctionManager
@@ -133,8 +170,9 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     hooks.add([g.originating_source for g in graph.guards if g.create_fn_name() == HOOK_KIND], live_locals,
               live_globals)
     started = _phase(phases, "compare", started)
+    pinned = Pins(live_locals, live_globals) if pins is not None else None
     live = dataclasses.replace(graph, local_scope=live_locals, global_scope=live_globals,
-                               _guards=_read_live(graph.guards))
+                               _guards=_read_live(graph.guards, pinned.guards(graph.guards) if pinned else []))
     try:
         with dynamo_config.patch(**TREE_CONFIG), tracelog.dropped_records():
             check = CheckFunctionManager(fn.__code__, OutputGraphCommon(live),
@@ -144,6 +182,8 @@ def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, flo
     started = _phase(phases, "tree", started)
     _check_now(check.guard_manager, live_locals)
     _phase(phases, "check", started)
+    if pinned is not None:
+        pins.append(pinned)
     return check.guard_manager
 
 
@@ -251,10 +291,10 @@ class Hooks:
         return None
 
 
-def _read_live(guards: Any) -> Any:
+def _read_live(guards: Any, extra: List[Any]) -> Any:
     """The guards, each reading its value from the live objects: Dynamo hands some a value it computed
     (a numpy scalar's tensor), which torch's pickler leaves behind as missing. Their stacks are dropped:
-    the source lines in a failed guard's text cost a fifth of the tree's build."""
+    the source lines in a failed guard's text cost a fifth of the tree's build. Then ``extra``."""
     import functools
 
     from torch._dynamo.guards import _Missing
@@ -268,7 +308,7 @@ def _read_live(guards: Any) -> Any:
             keywords = {k: v for k, v in fn.keywords.items() if k != "value"}
             guard.create_fn = functools.partial(fn.func, *fn.args, **keywords)
         kept.append(guard)
-    return GuardsSet(type(guards.inner)(kept))
+    return GuardsSet(type(guards.inner)(kept + list(extra)))
 
 
 def _install_aliases(graph: Any, live_globals: dict) -> None:

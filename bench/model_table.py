@@ -97,7 +97,10 @@ def _pairs(work: Path, svc, stem: str, timed: List[str], repeats: int) -> Tuple[
         samples.update(ab_env=AB_ENV, ab_ready_s=[v["ready_s"] for v in variants],
                        ab_first_call_s=[v["first_call_s"] for v in variants],
                        ab_phases=[v["compile"].get("phases") for v in variants],
-                       restart_phases=[r["compile"].get("phases") for r in restarts])
+                       restart_phases=[r["compile"].get("phases") for r in restarts],
+                       ab_step_ms=[v.get("step_ms") for v in variants], restart_step_ms=[r.get("step_ms") for r in restarts],
+                       ab_walks_slots=[v["compile"].get("walks_slots") for v in variants],
+                       restart_walks_slots=[r["compile"].get("walks_slots") for r in restarts])
     return _median_run(eagers), _median_run(restarts), samples
 
 

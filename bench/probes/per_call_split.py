@@ -11,6 +11,8 @@ e.g. ``use_recursive_dict_tags_for_guards=true``.
     python bench/probes/per_call_split.py --models gpt2,bert [--device cuda] [--tree use_recursive_dict_tags_for_guards=true]
 
 One JSON line per model and tree setting; microseconds, the median of 5 repeats of 3,000 calls (300 for eager).
+Beside the served check (the pinned trees, the binding's storage pointers: proof/pins.py), the same trees without
+pins and the binding's walk of every slot, as the check was before the pins.
 """
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ def served(name: str, device: str) -> dict:
             return {"model": name, "error": f"not served: {compiled.miss_reason or compiled.calls}"}
         _, _, flat = slot.refusal(args, kwargs, model, name)
         runner, raw = slot.runner, slot.runner._loader.run(list(flat))
+        unpinned = slot.proof.unpinned()
 
         def timed(fn, number: int = 3000) -> float:
             return per_call_us(lambda: (fn(), sync()), number)
@@ -79,7 +82,11 @@ def served(name: str, device: str) -> dict:
                 "spec_match_us": timed(lambda: slot.spec.match(args, kwargs, model)),
                 "grad_wanted_us": timed(lambda: spec_mod.grad_wanted(flat, model)),
                 "proof_holds_us": timed(lambda: slot.proof.holds(args, kwargs)),
-                "binding_changed_us": timed(slot.binding.changed),
+                "binding_changed_us": timed(lambda: slot.binding.changed(slots=slot.walks_slots)),
+                # the check before the proof's trees pinned the tensors (proof/pins.py): unpinned trees, the walk
+                "walks_slots": slot.walks_slots,
+                "proof_holds_unpinned_us": timed(lambda: unpinned.holds(args, kwargs)),
+                "binding_walk_us": timed(slot.binding.changed),
                 "runner_us": timed(lambda: runner(*flat)),
                 "loader_run_us": timed(lambda: runner._loader.run(list(flat))),
                 "unflatten_us": timed(lambda: runner._unflatten(raw, runner._out_spec)),

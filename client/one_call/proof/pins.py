@@ -7,8 +7,8 @@ binding's walk of every slot sees that, in Python, before each call: about a ten
 and GPT-2 large has 900. The guard tree can see it instead: where the trace read a module tensor, Dynamo
 guards its layout (TENSOR_MATCH on its ``_parameters``/``_buffers`` slot), and each such slot gets one more
 leaf there, an identity check against the object the slot holds at load (torch's ID_MATCH leaf), run in C++
-with the rest of the tree. On the bench CPU, 331 pins on a RegNet-like model added 1.5 us to the tree's
-check and took 25 us of slot walking off every call.
+with the rest of the tree: a pointer comparison a tensor, where the walk makes a Python call a slot
+(bench/probes/per_call_split.py times both).
 
 A replaced tensor fails its pin. The slot (slot.py) then walks the slots as before, rebinds, and loads the
 proof again without pins: the walk runs before every call from then on, so a model whose weights are

@@ -351,9 +351,10 @@ def _compare(guards: Any, described: Mapping[str, Optional[str]], live_locals: d
     scope = {"L": live_locals, "G": live_globals, "__builtins__": builtins.__dict__}
     closure_vars = _get_closure_vars()
     cache: Dict[Any, Any] = {}
+    roots: Dict[int, Optional[str]] = {}
     for guard in guards:
         kind = guard.create_fn_name()
-        if kind in GLOBAL_KINDS or root(guard.originating_source) in CALL_LOCALS:
+        if kind in GLOBAL_KINDS or root(guard.originating_source, roots) in CALL_LOCALS:
             continue
         filed = key(guard)
         if filed not in described:

@@ -33,6 +33,10 @@ class Pins:
 
     def __init__(self, live_locals: dict, live_globals: dict):
         self._scope = {"L": live_locals, "G": live_globals, "__builtins__": builtins.__dict__}
+        #: the values read on the way to each slot, shared by the pins of one tree (a pin walks from ``self``
+        #: through every module above its slot: alone, each walk read them all again)
+        self._values: dict = {}
+        self._closure: Any = None
         self.objects: List[Any] = []
         self.failed = ""
 
@@ -54,7 +58,9 @@ def PIN_IDENTITY(pins: Pins, builder: Any, guard: Any) -> None:  # noqa: N802 - 
     from torch._dynamo.guards import _get_closure_vars
 
     try:
-        value = guard.originating_source.get_value(pins._scope, _get_closure_vars(), {})
+        if pins._closure is None:
+            pins._closure = _get_closure_vars()
+        value = guard.originating_source.get_value(pins._scope, pins._closure, pins._values)
         manager = builder.get_guard_manager(guard)
         code = [f"___check_obj_id({guard.name}, {id(value)})  # the tensor the package is bound to"]
         try:

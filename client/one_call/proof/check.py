@@ -294,14 +294,19 @@ class Hooks:
 def _read_live(guards: Any, extra: List[Any]) -> Any:
     """The guards, each reading its value from the live objects: Dynamo hands some a value it computed
     (a numpy scalar's tensor), which torch's pickler leaves behind as missing. Their stacks are dropped:
-    the source lines in a failed guard's text cost a fifth of the tree's build. Then ``extra``."""
+    the source lines in a failed guard's text cost a fifth of the tree's build. Then ``extra``. The hook
+    dicts' guards are left out: under TREE_CONFIG torch's builder makes nothing of them (``Hooks`` checks
+    them), yet sorts and visits each (a third of a RegNet's guards)."""
     import functools
 
     from torch._dynamo.guards import _Missing
     from torch._guards import GuardsSet
 
+    skipped = HOOK_KIND if TREE_CONFIG["skip_nnmodule_hook_guards"] else None
     kept = []
     for guard in guards:
+        if guard.create_fn_name() == skipped:
+            continue
         guard.user_stack = None
         fn = guard.create_fn
         if isinstance(fn, functools.partial) and isinstance(fn.keywords.get("value"), _Missing):

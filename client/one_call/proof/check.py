@@ -256,14 +256,15 @@ class Hooks:
         self._dicts: List[Any] = []
 
     def add(self, sources: List[Any], live_locals: dict, live_globals: dict) -> None:
+        """At load: every dict the build saw must be here and empty (the comparison leaves these guards to this)."""
         self._sources.extend(sources)
         self._scope = {"L": live_locals, "G": live_globals, "__builtins__": builtins.__dict__}
-        self.refresh()
+        self.refresh(at_load=True)
         why = self._check()
         if why:
             raise NoProof(why)
 
-    def refresh(self) -> None:
+    def refresh(self, at_load: bool = False) -> None:
         """Find the hook dicts again from their sources (the model's modules may have been swapped)."""
         from torch._dynamo.guards import _get_closure_vars
 
@@ -272,6 +273,8 @@ class Hooks:
             try:
                 found.append((source.name, source.get_value(self._scope, closure_vars, cache)))
             except Exception:  # noqa: BLE001 - the module is gone: its slot's guards say so
+                if at_load:
+                    raise NoProof(f"{source.name} is not there in this process (the build read it)") from None
                 continue
         self._dicts = found
         self._seen = -1
@@ -359,8 +362,8 @@ def _compare(guards: Any, described: Mapping[str, Optional[str]], live_locals: d
     roots: Dict[int, Optional[str]] = {}
     for guard in guards:
         kind = guard.create_fn_name()
-        if kind in GLOBAL_KINDS or root(guard.originating_source, roots) in CALL_LOCALS:
-            continue
+        if kind in GLOBAL_KINDS or kind == HOOK_KIND or root(guard.originating_source, roots) in CALL_LOCALS:
+            continue  # the hook dicts: Hooks.add checks each is here and empty
         filed = key(guard)
         if filed not in described:
             raise NoProof(f"the proof does not describe {kind} on {guard.name}")

@@ -1,4 +1,4 @@
-"""The hook dicts the build saw empty (proof/check.py ``Hooks``): the proof's comparison leaves their guards to it,
+"""The hook dicts the build saw empty (proof/hooks.py): the proof's comparison leaves their guards to it,
 so at load each must be there and empty, and a hook registered later is seen at the next check."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 from torch._dynamo.source import AttrSource, LocalSource  # noqa: E402
 
 from cachesvc_client.one_call.proof import NoProof  # noqa: E402
-from cachesvc_client.one_call.proof.check import Hooks  # noqa: E402
+from cachesvc_client.one_call.proof.hooks import Hooks  # noqa: E402
 
 
 def _hooks_of(*path):

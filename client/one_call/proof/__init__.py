@@ -29,6 +29,7 @@ The steps, one module each:
 
     capture.py    the build: trace, record the guards and their portable descriptions
     check.py      the restart: compare, rebuild the guard tree over the live model, check each call
+    hooks.py      the module hook dicts the trace saw empty: checked here, not by torch's tree
     portable.py   descriptions of values that mean the same in every process
     guards.py     what both sides agree on: guard kinds, roots, keys
     container.py  the bytes: entries, the environment, the package's zip entry

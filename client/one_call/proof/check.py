@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from . import bytecode, fakes, portable, templates, tracelog
 from .container import NoProof, decode
 from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
+from .hooks import HOOK_KIND, Hooks
 from .pins import Pins
 
 log = logging.getLogger("cachesvc_client")
@@ -135,7 +136,6 @@ def _shown(value: Optional[str]) -> str:
 #: every start.
 TREE_CONFIG = {"skip_nnmodule_hook_guards": True, "use_lamba_guard_for_object_aliasing": False,
                "enable_cpp_symbolic_shape_guards": False}
-HOOK_KIND = "EMPTY_NN_MODULE_HOOKS_DICT"
 
 
 def _rebuild(header: dict, state_bytes: bytes, model: Any, phases: Dict[str, float], hooks: "Hooks",
@@ -240,58 +240,6 @@ def _stand_in(value: Any) -> Any:
         real = torch.empty_strided(tuple(int(s) for s in value.shape), tuple(int(s) for s in value.stride()),
                                    dtype=value.dtype, device=value.device)
     return real.requires_grad_(True) if value.requires_grad else real
-
-
-class Hooks:
-    """The module hook dicts the build saw empty (its EMPTY_NN_MODULE_HOOKS_DICT guards), checked at load and
-    again whenever a hook handle has been made anywhere since (``RemovableHandle.next_id``, one attribute
-    read a call): a hook registered after the load is seen at the next call. The dicts are found from their
-    guards' sources once (and again by ``refresh`` after a submodule was swapped): a check is one ``len``
-    a dict."""
-
-    def __init__(self, model: Any):
-        from torch.utils.hooks import RemovableHandle
-
-        self._handles, self._sources, self._scope, self._seen = RemovableHandle, [], {}, -1
-        self._dicts: List[Any] = []
-
-    def add(self, sources: List[Any], live_locals: dict, live_globals: dict) -> None:
-        """At load: every dict the build saw must be here and empty (the comparison leaves these guards to this)."""
-        self._sources.extend(sources)
-        self._scope = {"L": live_locals, "G": live_globals, "__builtins__": builtins.__dict__}
-        self.refresh(at_load=True)
-        why = self._check()
-        if why:
-            raise NoProof(why)
-
-    def refresh(self, at_load: bool = False) -> None:
-        """Find the hook dicts again from their sources (the model's modules may have been swapped)."""
-        from torch._dynamo.guards import _get_closure_vars
-
-        cache, closure_vars, found = {}, _get_closure_vars(), []
-        for source in self._sources:
-            try:
-                found.append((source.name, source.get_value(self._scope, closure_vars, cache)))
-            except Exception:  # noqa: BLE001 - the module is gone: its slot's guards say so
-                if at_load:
-                    raise NoProof(f"{source.name} is not there in this process (the build read it)") from None
-                continue
-        self._dicts = found
-        self._seen = -1
-
-    def why(self) -> Optional[str]:
-        """None while no module the trace ran has a hook it did not have at build; else which."""
-        if self._handles.next_id == self._seen:
-            return None
-        return self._check()
-
-    def _check(self) -> Optional[str]:
-        seen = self._handles.next_id
-        for name, hooks in self._dicts:
-            if hooks:
-                return f"{name} has a hook the package was not built with"
-        self._seen = seen
-        return None
 
 
 def _read_live(guards: Any, extra: List[Any]) -> Any:

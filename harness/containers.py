@@ -8,13 +8,16 @@ restart of the same image would.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
+
+from harness import forkserver
 
 REPO = Path(__file__).resolve().parent.parent
 _DROP = ("TORCHINDUCTOR_", "TRITON_", "CACHESVC_", "TORCH_COMPILE_", "XDG_CACHE_HOME")
@@ -25,6 +28,19 @@ _DROP = ("TORCHINDUCTOR_", "TRITON_", "CACHESVC_", "TORCH_COMPILE_", "XDG_CACHE_
 #: FX graph key, so every process of a run must see the same value: build a fresh process's
 #: environment with inherited_env, never by dropping TORCHINDUCTOR_* by hand.
 PASSED = ("TORCHINDUCTOR_VEC_ISA_OK",)
+
+
+#: set by use_fork_servers(): the suite's containers forked from servers that imported torch once
+_FORK_SERVERS: Optional[forkserver.Pool] = None
+
+
+def use_fork_servers() -> None:
+    """Start this process's containers from fork servers (harness/forkserver.py), where their environment
+    allows; the test suite's choice (tests/conftest.py). Benchmarks start every process cold."""
+    global _FORK_SERVERS
+    if _FORK_SERVERS is None:
+        _FORK_SERVERS = forkserver.Pool()
+        atexit.register(_FORK_SERVERS.close)
 
 
 def inherited_env(drop: Tuple[str, ...] = _DROP) -> Dict[str, str]:
@@ -97,16 +113,29 @@ class Container:
                              capture_output=True, text=True, check=True)
         return set(json.loads(out.stdout))
 
-    def run_worker(self, *args: str, timeout: float = 600, **extra_env: str) -> dict:
-        """Run harness/worker.py in this container; return its RESULT dict (raises with its output on failure)."""
-        return self.run_script("worker.py", *args, timeout=timeout, **extra_env)
+    def run_worker(self, *args: str, timeout: float = 600, cold: bool = False, **extra_env: str) -> dict:
+        """Run harness/worker.py in this container; return its RESULT dict (raises with its output on failure).
+        ``cold``: a fresh interpreter, never a fork server's child (what the process imports is observed)."""
+        return self.run_script("worker.py", *args, timeout=timeout, cold=cold, **extra_env)
 
-    def run_script(self, script: str, *args: str, timeout: float = 600, **extra_env: str) -> dict:
+    def run_script(self, script: str, *args: str, timeout: float = 600, cold: bool = False, **extra_env: str) -> dict:
         """Run ``harness/<script>`` in this container; return the dict of its last ``RESULT`` line (raises with
         its output on failure)."""
-        proc = subprocess.run([self.python, str(self.harness / "harness" / script), *args], env=self.env(**extra_env),
-                              capture_output=True, text=True, timeout=timeout)
+        proc = self.run([str(self.harness / "harness" / script), *args], env=self.env(**extra_env), timeout=timeout,
+                        cold=cold)
         return _result(proc.returncode, proc.stdout, proc.stderr)
+
+    def run(self, argv: List[str], env: Dict[str, str], timeout: float = 600,
+            cold: bool = False) -> subprocess.CompletedProcess:
+        """``[python, *argv]`` run in this container as ``subprocess.run(capture_output=True, text=True)`` runs it:
+        forked from a fork server where the suite uses them and the environment allows (never with ``cold``),
+        else started as a fresh interpreter."""
+        if _FORK_SERVERS is not None and not cold and self.python == sys.executable and self.harness == REPO:
+            try:
+                return _FORK_SERVERS.run(self.python, argv, env, os.getcwd(), timeout)
+            except forkserver.Unavailable:
+                pass
+        return subprocess.run([self.python, *argv], env=env, capture_output=True, text=True, timeout=timeout)
 
     def start_worker(self, *args: str, **extra_env: str) -> subprocess.Popen:
         """Start harness/worker.py with ``--linger`` in this container: ``read_result`` it, then ``stop_worker`` it."""

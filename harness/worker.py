@@ -335,8 +335,11 @@ def main() -> None:
             if args.wait_gc_release:  # the hold ends a moment after the first output (one_call/deferred.py)
                 out["gc_oldest_threshold"]["released_after_s"] = _await_threshold(out["gc_oldest_threshold"]["before"])
         out["ready_s"] = time.perf_counter() - T0  # from the worker's first line to the first result
-        out["imported"] = {m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton",
-                                                         "torch._inductor.compile_fx", "torch._inductor.graph")}
+        # None in a fork server's child (harness/forkserver.py), which starts with them imported: a test that
+        # reads what the process imported runs its container cold (Container.run_worker(cold=True))
+        out["imported"] = None if getattr(sys, "harness_forked", False) else {
+            m: m in sys.modules for m in ("torch._dynamo", "torch._inductor", "triton", "torch._inductor.compile_fx",
+                                          "torch._inductor.graph")}
         # reduce-overhead: torch.compile's CUDA graph overwrites its output at the next call
         got = [t.clone() for t in _leaves(result)]
         # eager's reference after the first output: a call before it would warm what the first call pays

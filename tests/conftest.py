@@ -79,6 +79,12 @@ from tests import compiler_cache, shipped  # noqa: E402
 
 compiler_cache.enable()
 shipped.enable()  # the run's folder for the wheel, the sdist and their venvs (built when a test first asks)
+# the simulated containers forked from servers that imported torch once (harness/forkserver.py says why and
+# how it keeps each process cold); TEST_FORK_SERVERS=0 starts every one as a fresh interpreter
+if os.environ.get("TEST_FORK_SERVERS", "1") != "0":
+    from harness import containers
+
+    containers.use_fork_servers()
 
 import pytest  # noqa: E402  (after the setting: nothing below may import torch before it)
 from sqlalchemy import create_engine, text

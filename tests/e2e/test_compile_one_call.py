@@ -60,7 +60,7 @@ def test_a_miss_compiles_and_publishes_the_snapshot_and_the_package(published):
 def test_a_restarted_container_loads_it_without_tracing_or_compiling(published):
     svc, ctr, _ = published
     # its own weights (the package has none); then it waits for compile()'s hold on the collector to end
-    warm = run(ctr, svc, "--model", "mlp", "--scale-weights", "1.5", "--wait-gc-release")
+    warm = run(ctr, svc, "--model", "mlp", "--scale-weights", "1.5", "--wait-gc-release", cold=True)
     assert warm["compile"]["source"] == "artifact", warm["compile"]
     assert warm["compile"]["calls"] == {"artifact": 1, "torch.compile": 0}
     # Dynamo's guard code checks the proof; its tracer and Inductor's compiler never run. Triton only where

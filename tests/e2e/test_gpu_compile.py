@@ -57,8 +57,8 @@ def test_gpu_one_call_restart_skips_dynamo_and_matches_eager(service, tmp_path, 
     cold = ctr.run_worker(*args, "--one-call", "--publish", **env)
     floor = ctr.run_worker(*args)
     ctr.restart()
-    warm = ctr.run_worker(*args, "--one-call", **env)
-    eager = Container(tmp_path / "eager").run_worker(*args, "--eager")
+    warm = ctr.run_worker(*args, "--one-call", cold=True, **env)  # cold: what it imports is asserted
+    eager = Container(tmp_path / "eager").run_worker(*args, "--eager", cold=True)
     keep = ("ready_s", "first_call_s", "step_ms", "imported", "compile", "max_abs_diff")
     row = {"model": name, "mode": mode or "default", "torch": torch.__version__, **{f"{who}_{k}": r.get(k) for who, r in
            (("cold", cold), ("floor", floor), ("warm", warm), ("eager", eager)) for k in keep},

@@ -95,8 +95,8 @@ def built(tmp_path_factory):
     with ServiceProcess(base / "svc") as svc:
         ctr = Container(base / "containers")
         args = ("--model", "tiny", "--one-call", "--publish", "--no-wait", "--warm-batch", "4")
-        cold = subprocess.run(ctr._worker_cmd(args), env=ctr.env(**svc.client_env(), DEMO_MODEL_DIR=code["relu"]),
-                              capture_output=True, text=True, timeout=900)
+        cold = ctr.run(ctr._worker_cmd(args)[1:], env=ctr.env(**svc.client_env(), DEMO_MODEL_DIR=code["relu"]),
+                       timeout=900)
         assert cold.returncode == 0, cold.stderr[-3000:]
         ctr.restart()
         yield svc, ctr, code, cold
@@ -113,9 +113,8 @@ def run_logged(built, *flags, code="relu", ctr=None, **env):
     (None, stderr) when the worker failed."""
     svc, restarted, paths, _ = built
     ctr = ctr or restarted
-    done = subprocess.run(ctr._worker_cmd(("--model", "tiny", "--one-call", *flags)),
-                          env=ctr.env(**svc.client_env(), DEMO_MODEL_DIR=paths[code], **env),
-                          capture_output=True, text=True, timeout=900)
+    done = ctr.run(ctr._worker_cmd(("--model", "tiny", "--one-call", *flags))[1:],
+                   env=ctr.env(**svc.client_env(), DEMO_MODEL_DIR=paths[code], **env), timeout=900)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     return (json.loads(lines[-1][len("RESULT "):]) if done.returncode == 0 and lines else None), done.stderr
 

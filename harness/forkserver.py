@@ -1,0 +1,329 @@
+"""A fork server for the suite's simulated containers: torch imported once, each container's process forked from it.
+
+On the suite's 2-core VM a container's process spends most of its CPU importing torch, Dynamo and Inductor
+(about 4 of a small model's 5-6 CPU-seconds), and the suite starts about sixty of them. This server imports
+them once, then forks a process per request, which takes the container's environment, folders, working
+directory and standard streams before it runs the script as ``__main__``. It has compiled nothing, traced
+nothing and loaded no cache, so each child starts as cold as a fresh interpreter; what it shares with its
+siblings is what the imports computed.
+
+Imports that read the environment are the hazard, so a child is forked only when its environment equals the
+server's except for the variables in ``OWN`` (the container's folders, the service's settings, the test's
+name: read after the fork), and every value the imports derived from the server's own HOME, TMPDIR or cache
+dir is recomputed in the child (``rederive``). The server's folders are made read-only once it has
+imported, so a value derived from them that was missed fails a child's write loudly instead of sharing
+state; tests/test_fork_server.py scans a child for any trace of them. Processes of a given environment
+alternate between two servers with different hash seeds, so a process and the next one (a build and its
+restart) hash strings differently, as two fresh interpreters do.
+
+Only the test suite uses it (tests/conftest.py turns it on); benchmarks start every process cold.
+
+    python harness/forkserver.py SOCKET     # serve: print "ready" once imported, fork per request
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
+#: variables a request may set to its own values: nothing the preloaded imports read
+OWN = ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST", "DEMO_MODEL_DIR")
+OWN_PREFIXES = ("CACHESVC_",)
+MAX_MESSAGE = 1 << 20
+
+
+class Unavailable(Exception):
+    """The server could not take the request (it is gone): start the process cold instead."""
+
+
+def own(name: str) -> bool:
+    """Whether a request may set ``name`` to a value of its own."""
+    return name in OWN or name.startswith(OWN_PREFIXES)
+
+
+def serve(path: str):
+    """Import PRELOAD, then fork a child per request on the socket at ``path``. Returns only in a worker
+    child: (request, its three file descriptors); the server itself exits when its parent does."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    _freeze_own_folders()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(16)
+    listener.settimeout(1.0)
+    parent = os.getppid()
+    print("ready", flush=True)
+    while os.getppid() == parent:
+        _reap()
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        with conn:
+            conn.settimeout(None)
+            message, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 3)
+            if len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if os.fork() == 0:  # the child that waits for the worker and reports its exit status
+                listener.close()
+                worker = os.fork()
+                if worker == 0:
+                    return json.loads(message), fds
+                for fd in fds:
+                    os.close(fd)
+                _report(conn, worker)
+            for fd in fds:
+                os.close(fd)
+    sys.exit(0)
+
+
+def _report(conn: socket.socket, worker: int) -> None:
+    """In the waiting child: send the worker's pid, wait for it, send its exit status, exit."""
+    try:
+        conn.sendall(json.dumps({"pid": worker}).encode())
+        _, status = os.waitpid(worker, 0)
+        conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode())
+    finally:
+        os._exit(0)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _freeze_own_folders() -> None:
+    """The server's HOME, TMPDIR and cache dir, read-only now that the imports made what they make."""
+    for name in ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR"):
+        top = os.environ.get(name)
+        if not top or not os.path.isdir(top):
+            continue
+        for folder, _, _ in os.walk(top):
+            os.chmod(folder, 0o555)
+
+
+def become(request: dict, fds) -> None:
+    """In the worker child: take the request's streams, environment and folders, and run its script."""
+    import runpy
+
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    rederive()
+    sys.harness_forked = True  # what the process imported says nothing here (harness/worker.py's "imported")
+    script = request["argv"][0]
+    sys.argv = list(request["argv"])
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+#: values the preloaded imports computed from the server's folders: (module, attribute, how to compute it now)
+def _rederived():
+    import os.path as p
+
+    def header_dir():
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        return p.join(default_cache_dir(), "precompiled_headers")
+
+    def dynamo_cache_prefix():
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        return p.join(cache_dir(), "dynamo")
+
+    return [
+        ("torch._inductor.codecache", "_HEADER_DIR", header_dir),
+        ("torch._inductor.codecache", "_HEADER_LOCK_DIR", lambda: p.join(header_dir(), "locks")),
+        ("torch._inductor.wrapper_benchmark", "PROFILE_DIR", tempfile.gettempdir),
+        ("torch._inductor.wrapper_benchmark", "PROFILE_PATH",
+         lambda: f"{tempfile.gettempdir()}/compiled_module_profile.json"),
+        ("torch._dynamo.package", "DynamoCache._path_prefix", dynamo_cache_prefix),
+    ]
+
+
+def rederive() -> None:
+    """Recompute, from this process's environment, what the imports derived from the server's."""
+    import site
+
+    tempfile.tempdir = None
+    site.USER_BASE = site.USER_SITE = None
+    user_site = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and os.path.isdir(user_site):
+        site.addsitedir(user_site)
+    for module_name, attribute, compute in _rederived():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        owner_path, _, leaf = attribute.rpartition(".")
+        owner = module
+        for part in filter(None, owner_path.split(".")):
+            owner = getattr(owner, part)
+        setattr(owner, leaf, compute())
+
+
+# --------------------------------------------------------------------------- the suite's side
+
+
+class Server:
+    """One server process for one environment: its own HOME, TMPDIR and cache dir under ``folder``."""
+
+    def __init__(self, python: str, env: Dict[str, str], folder: Path):
+        self.folder = folder
+        self.socket = str(folder / "socket")
+        own_env = {name: str(folder / name.lower()) for name in ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+        for path in own_env.values():
+            os.makedirs(path)
+        log = folder / "server.log"
+        with open(log, "w") as stderr:
+            self.process = subprocess.Popen([python, __file__, self.socket], env=dict(env, **own_env),
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                            text=True)
+        if self.process.stdout.readline().strip() != "ready":
+            self.process.wait()
+            said = log.read_text()[-3000:]
+            self.close()
+            raise RuntimeError(f"the fork server did not start (exit {self.process.returncode}):\n{said}")
+
+    def run(self, argv: List[str], env: Dict[str, str], cwd: str, timeout: float) -> subprocess.CompletedProcess:
+        """``argv`` (a script and its arguments) run in a forked child, as ``subprocess.run(capture_output=True,
+        text=True, timeout=timeout)`` would run ``[python, *argv]``."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(self.socket)
+            socket.send_fds(conn, [json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()],
+                            [stdin, out_w, err_w])
+            conn.settimeout(60)
+            pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
+        except (OSError, ValueError, KeyError) as exc:
+            conn.close()
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise Unavailable(str(exc)) from exc
+        finally:
+            for fd in (stdin, out_w, err_w):
+                os.close(fd)
+        deadline = time.monotonic() + timeout
+        with conn:
+            out, err, timed_out = _read_both(out_r, err_r, deadline, pid)
+            if timed_out:
+                raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, out, err)
+            conn.settimeout(max(1.0, deadline - time.monotonic()))
+            status = json.loads(conn.recv(MAX_MESSAGE))["status"]
+        return subprocess.CompletedProcess([sys.executable, *argv], status, out, err)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+        for folder, _, _ in os.walk(self.folder):
+            os.chmod(folder, 0o755)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _read_both(out_fd: int, err_fd: int, deadline: float, pid: int) -> Tuple[str, str, bool]:
+    """Both pipes read to their end; past ``deadline`` the worker is killed (the pipes then read to their end)."""
+    chunks = {out_fd: [], err_fd: []}
+    timed_out = False
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0 and not timed_out:
+                timed_out = True
+                _kill(pid)
+            for ready, _ in selector.select(timeout=None if timed_out else left):
+                data = os.read(ready.fd, 65536)
+                if data:
+                    chunks[ready.fd].append(data)
+                else:
+                    selector.unregister(ready.fd)
+                    os.close(ready.fd)
+    text = {fd: b"".join(parts).decode("utf-8", "replace") for fd, parts in chunks.items()}
+    return text[out_fd], text[err_fd], timed_out
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class Pool:
+    """The servers of this process (a pytest worker): ``each`` per environment (two: a process and the next
+    differ in hash seed), taken in turn, for at most ``keep`` environments (the least recently used one's
+    servers are stopped)."""
+
+    def __init__(self, keep: int = 2, each: int = 2):
+        self.keep, self.each = keep, each
+        self.servers: "OrderedDict[tuple, List[Server]]" = OrderedDict()
+        self.turns: Dict[tuple, int] = {}
+        self.folder: Optional[Path] = None
+
+    def run(self, python: str, argv: List[str], env: Dict[str, str], cwd: str,
+            timeout: float) -> subprocess.CompletedProcess:
+        key = (python, tuple(sorted((k, v) for k, v in env.items() if not own(k))))
+        servers = self._servers(key, python, dict(key[1]))
+        turn = self.turns[key] = (self.turns.get(key, -1) + 1) % len(servers)
+        try:
+            return servers[turn].run(argv, env, cwd, timeout)
+        except Unavailable:
+            for server in self.servers.pop(key):
+                server.close()
+            raise
+
+    def _servers(self, key: tuple, python: str, env: Dict[str, str]) -> List[Server]:
+        if key in self.servers:
+            self.servers.move_to_end(key)
+            return self.servers[key]
+        while len(self.servers) >= self.keep:
+            for server in self.servers.popitem(last=False)[1]:
+                server.close()
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="cachesvc-test-forkserver-"))
+        made = self.servers[key] = []
+        for _ in range(self.each):
+            made.append(Server(python, env, Path(tempfile.mkdtemp(dir=self.folder))))
+        return made
+
+    def close(self) -> None:
+        for servers in self.servers.values():
+            for server in servers:
+                server.close()
+        self.servers.clear()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    request, descriptors = serve(sys.argv[1])
+    del sys.argv[1:]
+    become(request, descriptors)

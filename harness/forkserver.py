@@ -286,33 +286,45 @@ class Pool:
         self.keep, self.each = keep, each
         self.servers: "OrderedDict[tuple, List[Server]]" = OrderedDict()
         self.turns: Dict[tuple, int] = {}
+        self.refused: set = set()  # environments whose server did not start: their processes start cold
         self.folder: Optional[Path] = None
 
     def run(self, python: str, argv: List[str], env: Dict[str, str], cwd: str,
             timeout: float) -> subprocess.CompletedProcess:
         key = (python, tuple(sorted((k, v) for k, v in env.items() if not own(k))))
-        servers = self._servers(key, python, dict(key[1]))
-        turn = self.turns[key] = (self.turns.get(key, -1) + 1) % len(servers)
+        server = self._server(key, python, dict(key[1]))
         try:
-            return servers[turn].run(argv, env, cwd, timeout)
+            return server.run(argv, env, cwd, timeout)
         except Unavailable:
-            for server in self.servers.pop(key):
-                server.close()
+            for gone in self.servers.pop(key):
+                gone.close()
             raise
 
-    def _servers(self, key: tuple, python: str, env: Dict[str, str]) -> List[Server]:
+    def _server(self, key: tuple, python: str, env: Dict[str, str]) -> Server:
+        """The environment's server whose turn it is; each started at its first turn (an environment seen
+        once costs one server, as much as a cold start)."""
+        if key in self.refused:
+            raise Unavailable("no server starts in this environment")
         if key in self.servers:
             self.servers.move_to_end(key)
-            return self.servers[key]
-        while len(self.servers) >= self.keep:
-            for server in self.servers.popitem(last=False)[1]:
-                server.close()
-        if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="cachesvc-test-forkserver-"))
-        made = self.servers[key] = []
-        for _ in range(self.each):
-            made.append(Server(python, env, Path(tempfile.mkdtemp(dir=self.folder))))
-        return made
+        else:
+            while len(self.servers) >= self.keep:
+                for server in self.servers.popitem(last=False)[1]:
+                    server.close()
+            self.servers[key], self.turns[key] = [], -1
+        turn = self.turns[key] = (self.turns[key] + 1) % self.each
+        servers = self.servers[key]
+        if turn == len(servers):
+            if self.folder is None:
+                self.folder = Path(tempfile.mkdtemp(prefix="cachesvc-test-forkserver-"))
+            try:
+                servers.append(Server(python, env, Path(tempfile.mkdtemp(dir=self.folder))))
+            except (OSError, RuntimeError) as exc:
+                self.refused.add(key)
+                for server in self.servers.pop(key):
+                    server.close()
+                raise Unavailable(f"the fork server did not start: {exc}") from exc
+        return servers[turn]
 
     def close(self) -> None:
         for servers in self.servers.values():

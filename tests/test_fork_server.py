@@ -83,7 +83,8 @@ def _entries(cache_dir: Path) -> set:
 def test_a_forked_child_holds_nothing_of_the_servers_folders_and_compiles_as_a_cold_process(pool, probe, tmp_path):
     hello = tmp_path / "hello.py"
     hello.write_text("print('hello')\n")
-    assert _run(pool, Container(tmp_path, "first"), [str(hello)]).stdout == "hello\n"  # the servers start
+    for turn in range(pool.each):  # each server starts at its first turn
+        assert _run(pool, Container(tmp_path, f"first-{turn}"), [str(hello)]).stdout == "hello\n"
     folder = str(pool.folder)
     server_files = {str(s.folder): _files(s.folder) for servers in pool.servers.values() for s in servers}
     ctr, cold_ctr = Container(tmp_path, "forked"), Container(tmp_path, "cold")
@@ -169,3 +170,22 @@ def test_the_containers_run_cold_when_asked_and_then_say_what_they_imported(tmp_
     ctr = Container(tmp_path)
     done = ctr.run([str(script)], ctr.env(), cold=True)
     assert _result(done) == {"torch": False}
+
+
+def test_an_environment_whose_server_does_not_start_runs_cold(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello')\n")
+    pool = forkserver.Pool()
+    try:
+        ctr = Container(tmp_path)
+        broken = ctr.env(PYTHONPATH=str(tmp_path / "broken"))  # its torch does not import
+        (tmp_path / "broken" / "torch").mkdir(parents=True)
+        (tmp_path / "broken" / "torch" / "__init__.py").write_text("raise ImportError('no torch here')\n")
+        for _ in range(2):  # refused at once the second time: no second server is tried
+            with pytest.raises(forkserver.Unavailable, match="no torch here|no server starts"):
+                pool.run(sys.executable, [str(script)], broken, str(tmp_path), 60)
+        assert not pool.servers
+        done = ctr.run([str(script)], broken)  # the container's own path: a cold start, which needs no torch
+        assert done.returncode == 0 and done.stdout == "hello\n"
+    finally:
+        pool.close()

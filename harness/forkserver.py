@@ -140,7 +140,8 @@ def become(request: dict, fds) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-#: values the preloaded imports computed from the server's folders: (module, attribute, how to compute it now)
+#: values the preloaded imports computed from the server's folders: (module, attribute path, how to compute it
+#: now). A path's links are read as they are stored (a class's descriptor, not what it answers).
 def _rederived():
     import os.path as p
 
@@ -161,11 +162,14 @@ def _rederived():
         ("torch._inductor.wrapper_benchmark", "PROFILE_PATH",
          lambda: f"{tempfile.gettempdir()}/compiled_module_profile.json"),
         ("torch._dynamo.package", "DynamoCache._path_prefix", dynamo_cache_prefix),
+        # where Triton is installed (torch's CUDA builds): its cache, dump and override folders hang off this
+        ("triton.knobs", "cache_knobs.home_dir.default", lambda: p.expanduser("~/")),
     ]
 
 
 def rederive() -> None:
     """Recompute, from this process's environment, what the imports derived from the server's."""
+    import inspect
     import site
 
     tempfile.tempdir = None
@@ -180,7 +184,7 @@ def rederive() -> None:
         owner_path, _, leaf = attribute.rpartition(".")
         owner = module
         for part in filter(None, owner_path.split(".")):
-            owner = getattr(owner, part)
+            owner = inspect.getattr_static(owner, part)
         setattr(owner, leaf, compute())
 
 

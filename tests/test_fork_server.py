@@ -42,7 +42,8 @@ PROBE = textwrap.dedent('''
         "found": sorted(found), "tmp": tempfile.gettempdir(), "header_dir": codecache._HEADER_DIR,
         "dynamo_cache": package.DynamoCache._path_prefix, "hash": hash("same text"), "cwd": os.getcwd(),
         "argv": sys.argv[1:], "main": __name__, "forked": getattr(sys, "harness_forked", False),
-        "frames": dict(counters["stats"]), "y": y.tolist(), "home": os.path.expanduser("~")}))
+        "frames": dict(counters["stats"]), "y": y.tolist(), "home": os.path.expanduser("~"),
+        "triton_cache": sys.modules["triton.knobs"].cache.dir if "triton.knobs" in sys.modules else None}))
 ''')
 
 
@@ -96,6 +97,9 @@ def test_a_forked_child_holds_nothing_of_the_servers_folders_and_compiles_as_a_c
     assert forked["tmp"] == str(ctr.tmp) and forked["home"] == str(ctr.home) and forked["cwd"] == str(ctr.root)
     assert forked["header_dir"].startswith(str(ctr.tmp) + os.sep)
     assert forked["dynamo_cache"] == str(ctr.cache_dir / "dynamo")
+    assert forked["triton_cache"] in (None, str(ctr.home / ".triton" / "cache"))  # where torch brings Triton
+    assert forked["triton_cache"] == cold["triton_cache"].replace(str(cold_ctr.home), str(ctr.home)) \
+        if cold["triton_cache"] else forked["triton_cache"] is None
     assert forked["main"] == "__main__" and forked["argv"] == [folder]
     # as cold as a fresh interpreter: the same trace, the same outputs, the same cache files written
     assert forked["frames"] == cold["frames"] and forked["frames"].get("unique_graphs") == 1, forked["frames"]

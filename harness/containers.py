@@ -125,17 +125,19 @@ class Container:
                         cold=cold)
         return _result(proc.returncode, proc.stdout, proc.stderr)
 
-    def run(self, argv: List[str], env: Dict[str, str], timeout: float = 600,
-            cold: bool = False) -> subprocess.CompletedProcess:
-        """``[python, *argv]`` run in this container as ``subprocess.run(capture_output=True, text=True)`` runs it:
-        forked from a fork server where the suite uses them and the environment allows (never with ``cold``),
-        else started as a fresh interpreter."""
+    def run(self, argv: List[str], env: Dict[str, str], timeout: float = 600, cold: bool = False,
+            cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+        """``[python, *argv]`` (a script or ``-m MODULE``, then arguments) run in this container, in ``cwd``, as
+        ``subprocess.run(capture_output=True, text=True)`` runs it: forked from a fork server where the suite
+        uses them and the environment allows (never with ``cold``), else started as a fresh interpreter."""
+        cwd = str(cwd or os.getcwd())
         if _FORK_SERVERS is not None and not cold and self.python == sys.executable and self.harness == REPO:
             try:
-                return _FORK_SERVERS.run(self.python, argv, env, os.getcwd(), timeout)
+                return _FORK_SERVERS.run(self.python, argv, env, cwd, timeout)
             except forkserver.Unavailable:
                 pass
-        return subprocess.run([self.python, *argv], env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([self.python, *argv], env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)
 
     def start_worker(self, *args: str, **extra_env: str) -> subprocess.Popen:
         """Start harness/worker.py with ``--linger`` in this container: ``read_result`` it, then ``stop_worker`` it."""

@@ -16,6 +16,12 @@ state; tests/test_fork_server.py scans a child for any trace of them. Processes 
 alternate between two servers with different hash seeds, so a process and the next one (a build and its
 restart) hash strings differently, as two fresh interpreters do.
 
+A forked process's own children that run the client's torch-importing entry points (``TRAMPOLINED``: the
+package build and check children, the build job's CLI) are forked from the same server too: the child puts
+harness/trampoline/ on their PYTHONPATH, whose ``sitecustomize`` hands such a process's argv, environment,
+folder and streams to the server and exits as the forked process does (``trampoline``). The server forks it
+under the same rule, an environment equal to its own; otherwise the process starts as it would have.
+
 Only the test suite uses it (tests/conftest.py turns it on); benchmarks start every process cold.
 
     python harness/forkserver.py SOCKET     # serve: print "ready" once imported, fork per request
@@ -38,9 +44,16 @@ from typing import Dict, List, Optional, Tuple
 
 PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
 #: variables a request may set to its own values: nothing the preloaded imports read
-OWN = ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST", "DEMO_MODEL_DIR")
+SOCKET_VAR = "TEST_FORK_SOCKET"  # a forked process's server, for its children (trampoline)
+#: Inductor sets _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR to an address of its own process before it loads a
+#: kernel library, which reads it then: a child inherits the parent's, and writes its own before any read
+OWN = ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST", "DEMO_MODEL_DIR", SOCKET_VAR,
+       "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")
 OWN_PREFIXES = ("CACHESVC_",)
 MAX_MESSAGE = 1 << 20
+#: ``python -m`` commands a forked process's descendants run forked too: each imports torch first thing
+TRAMPOLINED = (("cachesvc_client.one_call.child",), ("cachesvc_client.cli", "build"))
+TRAMPOLINE = str(Path(__file__).resolve().parent / "trampoline")  # its sitecustomize.py: trampoline()
 
 
 class Unavailable(Exception):
@@ -52,11 +65,21 @@ def own(name: str) -> bool:
     return name in OWN or name.startswith(OWN_PREFIXES)
 
 
+def shared(env: Dict[str, str]) -> Dict[str, str]:
+    """What of ``env`` must equal the server's: all but its own variables, PYTHONPATH less the trampoline."""
+    kept = {k: v for k, v in env.items() if not own(k)}
+    path = [p for p in kept.get("PYTHONPATH", "").split(os.pathsep) if p != TRAMPOLINE]
+    if "PYTHONPATH" in kept:
+        kept["PYTHONPATH"] = os.pathsep.join(path)
+    return kept
+
+
 def serve(path: str):
     """Import PRELOAD, then fork a child per request on the socket at ``path``. Returns only in a worker
     child: (request, its three file descriptors); the server itself exits when its parent does."""
     import importlib
 
+    expected = shared(dict(os.environ))
     for name in PRELOAD:
         importlib.import_module(name)
     _freeze_own_folders()
@@ -75,15 +98,19 @@ def serve(path: str):
         with conn:
             conn.settimeout(None)
             message, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 3)
-            if len(fds) != 3:
+            request, why = _request(message, fds, expected)
+            print(f"{'refused' if why else 'forked'} {request.get('argv')} {why}", file=sys.stderr, flush=True)
+            if why:
                 for fd in fds:
                     os.close(fd)
+                _answer(conn, {"refused": why})
                 continue
             if os.fork() == 0:  # the child that waits for the worker and reports its exit status
                 listener.close()
                 worker = os.fork()
                 if worker == 0:
-                    return json.loads(message), fds
+                    request["socket"] = path
+                    return request, fds
                 for fd in fds:
                     os.close(fd)
                 _report(conn, worker)
@@ -92,10 +119,40 @@ def serve(path: str):
     sys.exit(0)
 
 
+def _request(message: bytes, fds: list, expected: Dict[str, str]) -> Tuple[dict, str]:
+    """The request, and why this server cannot fork it (empty: it can)."""
+    try:
+        request = json.loads(message)
+        env, python = shared(request["env"]), request.get("python", sys.executable)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}, "a malformed request"
+    if len(fds) != 3:
+        return request, "three streams expected"
+    if python != sys.executable:
+        return request, f"another interpreter ({python})"
+    differ = sorted(k for k in set(env) | set(expected) if env.get(k) != expected.get(k))
+    return request, f"another environment ({', '.join(differ[:5])})" if differ else ""
+
+
+def _answer(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.sendall(json.dumps(message).encode())
+    except OSError:
+        pass
+
+
 def _report(conn: socket.socket, worker: int) -> None:
-    """In the waiting child: send the worker's pid, wait for it, send its exit status, exit."""
+    """In the waiting child: send the worker's pid, wait for it, send its exit status, exit. A requester that
+    goes away first (killed: a trampoline's parent timed it out) takes the worker with it."""
     try:
         conn.sendall(json.dumps({"pid": worker}).encode())
+        exited = os.pidfd_open(worker)
+        with selectors.DefaultSelector() as selector:
+            selector.register(exited, selectors.EVENT_READ)
+            selector.register(conn, selectors.EVENT_READ)
+            ready = {key.fileobj for key, _ in selector.select()}
+        if exited not in ready and not conn.recv(1):  # the requester's end closed: nobody waits for the worker
+            _kill(worker)
         _, status = os.waitpid(worker, 0)
         conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode())
     finally:
@@ -133,11 +190,20 @@ def become(request: dict, fds) -> None:
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     rederive()
+    # its children that start a TRAMPOLINED command come back here (harness/trampoline/sitecustomize.py)
+    os.environ[SOCKET_VAR] = request.pop("socket")
+    path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join([TRAMPOLINE, *(p for p in path if p and p != TRAMPOLINE)])
     sys.harness_forked = True  # what the process imported says nothing here (harness/worker.py's "imported")
-    script = request["argv"][0]
-    sys.argv = list(request["argv"])
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
-    runpy.run_path(script, run_name="__main__")
+    argv = list(request["argv"])
+    if argv[0] == "-m":  # python -m MODULE ARGS: argv[0] becomes the module's file, as python's own -m does
+        sys.argv = argv[1:]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    sys.argv = argv
+    sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+    runpy.run_path(argv[0], run_name="__main__")
 
 
 #: values the preloaded imports computed from the server's folders: (module, attribute path, how to compute it
@@ -188,6 +254,42 @@ def rederive() -> None:
         setattr(owner, leaf, compute())
 
 
+def trampoline(argv: List[str]) -> None:
+    """In a descendant of a forked process, about to run ``python *argv``: where that is a TRAMPOLINED command,
+    run it as a child forked from the server that forked the ancestor, and exit as that child exits (a signal
+    this process gets is passed on). Returns where it is not one, or the server refuses or is gone: the
+    process then starts as it would have."""
+    path = os.environ.get(SOCKET_VAR)
+    if not path or argv[:1] != ["-m"] or not any(tuple(argv[1:1 + len(cmd)]) == cmd for cmd in TRAMPOLINED):
+        return
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(path)
+        socket.send_fds(conn, [json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
+                                           "python": sys.executable}).encode()], [0, 1, 2])
+        pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
+    except (OSError, ValueError, KeyError):
+        conn.close()
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda number, _frame: _signal(pid, number))
+    try:
+        status = json.loads(conn.recv(MAX_MESSAGE))["status"]
+    except (OSError, ValueError, KeyError):
+        status = 1
+    if status < 0:  # killed by a signal: so is this process
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    os._exit(status)
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
 # --------------------------------------------------------------------------- the suite's side
 
 
@@ -218,17 +320,19 @@ class Server:
         err_r, err_w = os.pipe()
         stdin = os.open(os.devnull, os.O_RDONLY)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        answer: dict = {}
         try:
             conn.connect(self.socket)
             socket.send_fds(conn, [json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()],
                             [stdin, out_w, err_w])
             conn.settimeout(60)
-            pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
+            answer = json.loads(conn.recv(MAX_MESSAGE))
+            pid = answer["pid"]
         except (OSError, ValueError, KeyError) as exc:
             conn.close()
             for fd in (out_r, err_r):
                 os.close(fd)
-            raise Unavailable(str(exc)) from exc
+            raise Unavailable(f"the server refused: {answer['refused']}" if "refused" in answer else str(exc)) from exc
         finally:
             for fd in (stdin, out_w, err_w):
                 os.close(fd)

@@ -193,3 +193,58 @@ def test_an_environment_whose_server_does_not_start_runs_cold(tmp_path):
         assert done.returncode == 0 and done.stdout == "hello\n"
     finally:
         pool.close()
+
+
+#: a forked container process that starts one of the client's children as the client does
+PARENT = textwrap.dedent('''
+    import json, os, subprocess, sys, time
+    child = [sys.executable, "-m", "cachesvc_client.one_call.child", *sys.argv[1:]]
+    if sys.argv[1] == "check":  # GIVEN is a fifo nobody writes: the child waits in torch.load until killed
+        proc = subprocess.Popen(child, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(float(os.environ["WAIT"]))
+        proc.kill()
+        proc.wait()
+        print("RESULT " + json.dumps({"killed": proc.returncode}))
+    else:
+        done = subprocess.run(child, capture_output=True, text=True)
+        print("RESULT " + json.dumps({"status": done.returncode, "err": done.stderr}))
+''')
+
+
+def _served(pool, verdict: str = "forked") -> list:
+    """The argv (and, refused, why) of every request the pool's servers forked or refused, from their logs."""
+    return [line.split(" ", 1)[1] for servers in pool.servers.values() for server in servers
+            for line in (server.folder / "server.log").read_text().splitlines() if line.startswith(verdict + " ")]
+
+
+def test_a_forked_processs_client_child_is_forked_too_and_reports_as_itself(pool, tmp_path):
+    parent = tmp_path / "parent.py"
+    parent.write_text(PARENT)
+    got = _result(_run(pool, Container(tmp_path), [str(parent), "no-such-verb"]))
+    assert got == {"status": 2, "err": "unknown verb 'no-such-verb': build | check\n"}
+    assert any("cachesvc_client.one_call.child" in argv and "no-such-verb" in argv for argv in _served(pool))
+
+
+def test_a_forked_child_whose_starter_is_killed_goes_with_it(pool, tmp_path):
+    parent = tmp_path / "parent.py"
+    parent.write_text(PARENT)
+    fifo = tmp_path / "given.fifo"
+    os.mkfifo(fifo)
+    got = _result(_run(pool, Container(tmp_path), [str(parent), "check", "p.pt2", str(fifo), "back.pt", "cpu"],
+                       WAIT="5"))
+    assert got == {"killed": -9}
+    assert any(str(fifo) in argv for argv in _served(pool)), "the check child was not forked"
+    time.sleep(1)
+    with pytest.raises(OSError):  # ENXIO: nobody has the fifo open to read, so the forked child is gone
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_child_in_another_environment_is_not_forked(pool, tmp_path):
+    parent = tmp_path / "parent.py"
+    parent.write_text(PARENT.replace("capture_output=True, text=True)",
+                                     "capture_output=True, text=True, env=dict(os.environ, TORCH_LOGS='-all'))"))
+    got = _result(_run(pool, Container(tmp_path), [str(parent), "other-env-verb"]))
+    assert got["status"] == 2 and "unknown verb 'other-env-verb'" in got["err"]
+    child = "cachesvc_client.one_call.child"
+    assert not any(child in argv and "other-env-verb" in argv for argv in _served(pool))
+    assert any(child in said and "another environment (TORCH_LOGS)" in said for said in _served(pool, "refused"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -89,9 +88,8 @@ def build(fleet, *args: str) -> subprocess.CompletedProcess:
     svc, ctr, base = fleet
     ctr.restart()
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "cachesvc_client.cli", "build", "mlp_factory:build", "--name", NAME,
-                          "--max-packages", "4", *args], cwd=base / "app", env=ctr.env(**svc.client_env()),
-                         capture_output=True, text=True, timeout=900)
+    out = ctr.run(["-m", "cachesvc_client.cli", "build", "mlp_factory:build", "--name", NAME, "--max-packages", "4",
+                   *args], ctr.env(**svc.client_env()), timeout=900, cwd=base / "app")
     out.seconds = time.monotonic() - started
     print(f"\n`cachesvc-client build {' '.join(args)}`: exit {out.returncode} in {out.seconds:.1f} s")
     assert "Traceback" not in out.stderr, out.stderr[-4000:]
@@ -150,8 +148,7 @@ def serve(fleet) -> dict:
     """serve.py's RESULT, in a fresh container."""
     svc, ctr, base = fleet
     ctr.restart()
-    proc = subprocess.run([sys.executable, str(base / "serve.py"), NAME], env=ctr.env(**svc.client_env()),
-                          capture_output=True, text=True, timeout=600)
+    proc = ctr.run([str(base / "serve.py"), NAME], ctr.env(**svc.client_env()), timeout=600)
     results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and results, proc.stdout[-3000:] + proc.stderr[-4000:]
     return json.loads(results[-1][len("RESULT "):])

@@ -9,13 +9,16 @@ restart of the same image would.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
+from unittest import mock
 
 from harness import forkserver
 
@@ -32,6 +35,8 @@ PASSED = ("TORCHINDUCTOR_VEC_ISA_OK",)
 
 #: set by use_fork_servers(): the suite's containers forked from servers that imported torch once
 _FORK_SERVERS: Optional[forkserver.Pool] = None
+#: while client_children_forked() is open: the server of this process's environment
+CHILDREN_SERVER: Optional[forkserver.Server] = None
 
 
 def use_fork_servers() -> None:
@@ -41,6 +46,30 @@ def use_fork_servers() -> None:
     if _FORK_SERVERS is None:
         _FORK_SERVERS = forkserver.Pool()
         atexit.register(_FORK_SERVERS.close)
+
+
+@contextlib.contextmanager
+def client_children_forked() -> Iterator[None]:
+    """While open, this process's own children that start a forkserver.TRAMPOLINED command (the client's package
+    build and check, which a test that compiles in-process starts; ``cachesvc-client build`` run with this
+    environment) are forked from a server of this process's environment, as a forked container's are."""
+    folder = Path(tempfile.mkdtemp(prefix="cachesvc-test-forkserver-"))
+    try:
+        server = forkserver.Server(sys.executable, dict(os.environ), folder / "own")
+    except (OSError, RuntimeError):  # no server: the children start cold
+        shutil.rmtree(folder, ignore_errors=True)
+        yield
+        return
+    global CHILDREN_SERVER
+    CHILDREN_SERVER = server
+    path = os.pathsep.join(filter(None, [forkserver.TRAMPOLINE, os.environ.get("PYTHONPATH")]))
+    try:
+        with mock.patch.dict(os.environ, {forkserver.SOCKET_VAR: server.socket, "PYTHONPATH": path}):
+            yield
+    finally:
+        CHILDREN_SERVER = None
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def inherited_env(drop: Tuple[str, ...] = _DROP) -> Dict[str, str]:

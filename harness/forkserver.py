@@ -46,9 +46,10 @@ PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
 #: variables a request may set to its own values: nothing the preloaded imports read
 SOCKET_VAR = "TEST_FORK_SOCKET"  # a forked process's server, for its children (trampoline)
 #: Inductor sets _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR to an address of its own process before it loads a
-#: kernel library, which reads it then: a child inherits the parent's, and writes its own before any read
+#: kernel library, which reads it then: a child inherits the parent's, and writes its own before any read.
+#: COLUMNS and LINES (pytest sets them while a test runs) are read when a terminal's size is asked for.
 OWN = ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST", "DEMO_MODEL_DIR", SOCKET_VAR,
-       "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")
+       "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "COLUMNS", "LINES")
 OWN_PREFIXES = ("CACHESVC_",)
 MAX_MESSAGE = 1 << 20
 #: ``python -m`` commands a forked process's descendants run forked too: each imports torch first thing
@@ -68,9 +69,9 @@ def own(name: str) -> bool:
 def shared(env: Dict[str, str]) -> Dict[str, str]:
     """What of ``env`` must equal the server's: all but its own variables, PYTHONPATH less the trampoline."""
     kept = {k: v for k, v in env.items() if not own(k)}
-    path = [p for p in kept.get("PYTHONPATH", "").split(os.pathsep) if p != TRAMPOLINE]
-    if "PYTHONPATH" in kept:
-        kept["PYTHONPATH"] = os.pathsep.join(path)
+    path = os.pathsep.join(p for p in kept.pop("PYTHONPATH", "").split(os.pathsep) if p != TRAMPOLINE)
+    if path:
+        kept["PYTHONPATH"] = path
     return kept
 
 

@@ -145,6 +145,19 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(line)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def client_children_forked() -> Iterator[None]:
+    """The client's package build and check children, where a test compiles in this process, forked from a
+    server of this process's environment (harness/containers.py), as the fork servers are used at all."""
+    if os.environ.get("TEST_FORK_SERVERS", "1") == "0":
+        yield
+        return
+    from harness import containers
+
+    with containers.client_children_forked():
+        yield
+
+
 # --------------------------------------------------------------------------- S3
 
 

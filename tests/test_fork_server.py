@@ -248,3 +248,16 @@ def test_a_child_in_another_environment_is_not_forked(pool, tmp_path):
     child = "cachesvc_client.one_call.child"
     assert not any(child in argv and "other-env-verb" in argv for argv in _served(pool))
     assert any(child in said and "another environment (TORCH_LOGS)" in said for said in _served(pool, "refused"))
+
+
+def test_a_client_child_of_the_test_process_is_forked_from_its_own_server():
+    """tests/conftest.py's client_children_forked: the package build a test that compiles in-process starts."""
+    from harness import containers
+
+    if containers.CHILDREN_SERVER is None:
+        pytest.skip("the fork servers are off (TEST_FORK_SERVERS=0)")
+    done = subprocess.run([sys.executable, "-m", "cachesvc_client.one_call.child", "own-server-verb"],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (2, "unknown verb 'own-server-verb': build | check\n")
+    log = (containers.CHILDREN_SERVER.folder / "server.log").read_text()
+    assert any(line.startswith("forked ") and "own-server-verb" in line for line in log.splitlines()), log

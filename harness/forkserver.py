@@ -47,9 +47,10 @@ PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
 SOCKET_VAR = "TEST_FORK_SOCKET"  # a forked process's server, for its children (trampoline)
 #: Inductor sets _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR to an address of its own process before it loads a
 #: kernel library, which reads it then: a child inherits the parent's, and writes its own before any read.
-#: COLUMNS and LINES (pytest sets them while a test runs) are read when a terminal's size is asked for.
+#: COLUMNS and LINES (pytest sets them while a test runs) are read when a terminal's size is asked for;
+#: TRITON_HOME (a simulated container's, tests/helpers/client.py) each time Triton's knob is read.
 OWN = ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST", "DEMO_MODEL_DIR", SOCKET_VAR,
-       "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "COLUMNS", "LINES")
+       "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "COLUMNS", "LINES", "TRITON_HOME")
 OWN_PREFIXES = ("CACHESVC_",)
 MAX_MESSAGE = 1 << 20
 #: ``python -m`` commands a forked process's descendants run forked too: each imports torch first thing

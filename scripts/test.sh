@@ -12,7 +12,7 @@ source scripts/_venv.sh
 # 15.5 min alone in CI's way, 2026-12-04; 10.8 min, 2026-12-05, once a new module no longer went out
 # last (tests/scheduling.py); 16-18 at 1,734 on the VM of 2026-12-07, 13.8-14.1 once the containers were
 # forked from servers that imported torch once (harness/forkserver.py); 14.6-14.7 on the VM of the next session,
-# 14.1 there once the client's own build and check children were forked too; 10 is the aim: docs/journal.md).
+# 13.9-14.1 there once the client's own build and check children were forked too; 10 is the aim: docs/journal.md).
 # -n: one worker more than the cores, at most 4: most tests wait on subprocesses, servers and sockets, so
 # two workers on 2 cores took the suite from 32 to 17 minutes, and a third from 21.5 to 16 (960 s, the
 # same results). --dist loadscope keeps a module on one worker, so a module's shared fixture (a service,

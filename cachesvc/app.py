@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -12,6 +13,7 @@ from . import __version__, auth, config, errors
 from .db import Database
 from .demand import ReportLimiter
 from .resolve import HitLog
+from .schemas import ErrorSchema
 from .storage import Storage, StorageError, from_url
 from .storage.decoding import BadBlob
 from .ttlcache import TTLCache
@@ -59,6 +61,44 @@ def build_services(settings: config.Settings) -> Services:
                     tokens=TTLCache(settings.TOKEN_CACHE_SECONDS))
 
 
+class _Api(Api):
+    """flask-smorest's Api, its OpenAPI document written when first read (``spec``) rather than at each blueprint's
+    registration. Describing the views (resolving every schema) was two thirds of building an app, 40 of its 60 ms
+    on the suite's VM: every gunicorn worker, CLI command and test app paid it, though only the document's page and
+    /openapi.json read it. The routes are registered at once; the same calls then write the same document, in the
+    same order, under a lock (a worker's first requests may read it together)."""
+
+    ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
+
+    def __init__(self, app: Flask):
+        self._undocumented: list = []  # (blueprint, name, parameters), in registration order
+        self._documenting = threading.Lock()
+        super().__init__(app)
+
+    @property
+    def spec(self):
+        spec = self.__dict__.get("_spec")
+        if self._undocumented:
+            with self._documenting:
+                while self._undocumented:
+                    blp, name, parameters = self._undocumented[0]
+                    blp.register_views_in_doc(self, self._app, spec, name=name, parameters=parameters)
+                    spec.tag({"name": name, "description": blp.description})
+                    self._undocumented.pop(0)
+        return spec
+
+    @spec.setter
+    def spec(self, value) -> None:  # flask-smorest's __init__ and init_app set it
+        self.__dict__["_spec"] = value
+
+    def register_blueprint(self, blp, *, parameters=None, **options) -> None:
+        """As flask-smorest's, its views described in the document when ``spec`` is next read."""
+        name = options.get("name", blp.name)
+        self._app.extensions["flask-smorest"]["blp_name_to_api"][name] = self
+        self._app.register_blueprint(blp, **options)
+        self._undocumented.append((blp, name, parameters))
+
+
 def _install_api(app: Flask) -> None:
     """The request hooks (metrics, UTF-8 query strings, auth, JSON bodies) and the API's blueprints."""
     from .api import (admin, blobs, demand, entries, health, metrics as metrics_api, packs as packs_api, resolve,
@@ -66,7 +106,6 @@ def _install_api(app: Flask) -> None:
     from .api import remote_cache as remote_cache_api
     from .api import add_security_headers, check_body_size, require_json_body, require_utf8_query
     from .metrics import Metrics
-    from .schemas import ErrorSchema
 
     metrics = Metrics()
     app.extensions["cachesvc_metrics"] = metrics
@@ -76,9 +115,6 @@ def _install_api(app: Flask) -> None:
     app.before_request(auth.check_request)  # before anything checks the request: 401/403 before any 400
     app.before_request(require_utf8_query)  # before anything reads request.args
     app.before_request(require_json_body)
-
-    class _Api(Api):
-        ERROR_SCHEMA = ErrorSchema  # the documented error shape is the one errors.py answers
 
     api = _Api(app)
     for module in (versions, blobs, packs_api, resolve, verdicts, usage, demand, entries, stats, admin, health,

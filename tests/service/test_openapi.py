@@ -111,3 +111,28 @@ def test_every_2xx_json_answer_has_a_schema_that_describes_every_field(client):
                     assert spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]][
                         "additionalProperties"] is False, f"{method} {path}: a field not listed must fail"
     assert with_schema >= 23  # 21 operations, the publish with two (201 pending, 200 unchanged or linked)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_document_is_written_when_first_read_and_is_the_one_flask_smorest_writes(app, database_url, storage_settings,
+                                                                                       tmp_path, monkeypatch):
+    """cachesvc.app._Api describes the views when the document is first read, not at each blueprint's registration
+    (two thirds of building an app): requests do not write it, and it is, key for key and in order, the document
+    flask-smorest's own registration writes."""
+    import json
+
+    import flask_smorest
+
+    import cachesvc
+    from cachesvc import app as app_module
+
+    api = app.extensions["flask-smorest"]["apis"][""]["ext_obj"]
+    client = app.test_client()
+    assert api._undocumented and client.get("/healthz").status_code == 200 and api._undocumented
+    lazy = client.get("/api/v1/openapi.json").json
+    assert not api._undocumented and api.spec.to_dict() == lazy
+    monkeypatch.setattr(app_module._Api, "register_blueprint", flask_smorest.Api.register_blueprint)
+    eager = cachesvc.create_app({"TESTING": True, "DATA_DIR": str(tmp_path / "eager"), "DATABASE_URL": database_url,
+                                 **storage_settings})
+    assert not eager.extensions["flask-smorest"]["apis"][""]["ext_obj"]._undocumented
+    assert json.dumps(eager.test_client().get("/api/v1/openapi.json").json) == json.dumps(lazy)

@@ -49,8 +49,11 @@ SOCKET_VAR = "TEST_FORK_SOCKET"  # a forked process's server, for its children (
 #: kernel library, which reads it then: a child inherits the parent's, and writes its own before any read.
 #: COLUMNS and LINES (pytest sets them while a test runs) are read when a terminal's size is asked for;
 #: TRITON_HOME (a simulated container's, tests/helpers/client.py) each time Triton's knob is read.
+#: PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX the interpreter reads at its start: rederive sets them as a fresh
+#: interpreter of the request's environment would have them.
 OWN = ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST", "DEMO_MODEL_DIR", SOCKET_VAR,
-       "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "COLUMNS", "LINES", "TRITON_HOME")
+       "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "COLUMNS", "LINES", "TRITON_HOME", "PYTHONDONTWRITEBYTECODE",
+       "PYTHONPYCACHEPREFIX")
 OWN_PREFIXES = ("CACHESVC_",)
 MAX_MESSAGE = 1 << 20
 #: ``python -m`` commands a forked process's descendants run forked too: each imports torch first thing
@@ -241,6 +244,9 @@ def rederive() -> None:
     import site
 
     tempfile.tempdir = None
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    sys.pycache_prefix = os.path.abspath(prefix) if prefix else None
     site.USER_BASE = site.USER_SITE = None
     user_site = site.getusersitepackages()
     if site.ENABLE_USER_SITE and os.path.isdir(user_site):

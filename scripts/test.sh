@@ -12,13 +12,21 @@ source scripts/_venv.sh
 # 15.5 min alone in CI's way, 2026-12-04; 10.8 min, 2026-12-05, once a new module no longer went out
 # last (tests/scheduling.py); 16-18 at 1,734 on the VM of 2026-12-07, 13.8-14.1 once the containers were
 # forked from servers that imported torch once (harness/forkserver.py); 14.6-14.7 on the VM of the next session,
-# 13.9-14.1 there once the client's own build and check children were forked too; 10 is the aim: docs/journal.md).
+# 13.9-14.1 there once the client's own build and check children were forked too; 12.6-13 on the VM of the
+# session after, once a run kept its bytecode (below); 10 is the aim: docs/journal.md).
 # -n: one worker more than the cores, at most 4: most tests wait on subprocesses, servers and sockets, so
 # two workers on 2 cores took the suite from 32 to 17 minutes, and a third from 21.5 to 16 (960 s, the
 # same results). --dist loadscope keeps a module on one worker, so a module's shared fixture (a service,
 # a cold compile) is made once. `-n 0` runs serially (a later -n replaces this one).
 # -m "not fuzz": the generated-input tests are a profile of their own, `scripts/test.sh -m fuzz`
 # (a later -m replaces this one); CI runs both (.ci/run).
+# Bytecode: a run starts hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set (this VM's
+# shells set it) each compiles every module of the checkout again: 836 s against 753 s for the same suite
+# on 2026-12-07. Such a run still keeps its caches out of the source tree: they go under .venv/pycache.
+if [[ -n "${PYTHONDONTWRITEBYTECODE:-}" ]]; then
+    unset PYTHONDONTWRITEBYTECODE
+    export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.venv/pycache}"
+fi
 workers=$(( $(nproc) + 1 ))
 (( workers > 4 )) && workers=4
 exec "$PY" -m pytest -q --durations=25 -n "$workers" --dist loadscope -m "not fuzz" "$@"

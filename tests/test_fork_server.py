@@ -121,6 +121,25 @@ def test_it_reports_as_subprocess_run_does(pool, tmp_path):
     assert done.returncode == 1 and "ValueError: no such thing" in done.stderr
 
 
+def test_a_child_writes_bytecode_as_its_own_environment_says(pool, tmp_path):
+    """PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX are read when an interpreter starts: a forked child takes the
+    request's, as a fresh interpreter of that environment would (tests/e2e/test_one_call_proof.py's containers write
+    no bytecode; scripts/test.sh may keep the run's under .venv/pycache)."""
+    script = tmp_path / "bytecode.py"
+    script.write_text("import json, sys\nprint(json.dumps([sys.dont_write_bytecode, sys.pycache_prefix]))\n")
+    environments = len(pool.servers)
+    for extra, expected in (({"PYTHONDONTWRITEBYTECODE": "1"}, [True, None]),
+                            ({"PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")}, [False, str(tmp_path / "pyc")]),
+                            ({}, [False, None])):
+        ctr = Container(tmp_path, f"c{len(extra)}{sorted(extra)}")
+        env = {k: v for k, v in ctr.env(**extra).items() if k in extra or not k.startswith("PYTHON") or k in (
+            "PYTHONPATH", "PYTHONUNBUFFERED")}
+        forked = pool.run(sys.executable, [str(script)], env, str(ctr.root), 60)
+        cold = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+        assert json.loads(forked.stdout) == json.loads(cold.stdout) == expected, (extra, forked.stderr)
+    assert len(pool.servers) == environments + 1  # all three from one environment's servers
+
+
 def test_a_child_past_its_timeout_is_killed(pool, tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(600)\n")

@@ -20,16 +20,25 @@ from tests.helpers import ENV
 local_only = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
               pytest.mark.parametrize("storage_settings", ["local"], indirect=True)]
 
-#: one container's life: load_inline a one-function CPU extension (verbose: its build steps go to stdout),
-#: call it, then publish (argv[1] == "publish") or only report; prints the .so's mtime
+#: one container's life: build a one-function CPU extension with torch.utils.cpp_extension (verbose: its build
+#: steps go to stdout), call it, then publish (argv[1] == "publish") or only report; prints the .so's mtime.
+#: Its source is a plain C function, not load_inline's (which includes torch/extension.h: a 12 CPU-s compile
+#: of headers this test does not need); like load_inline's, it is written into the build folder only when its
+#: text differs, so a restored folder's older source is not rebuilt.
 CONTAINER = r'''
-import os, sys, time
-from torch.utils.cpp_extension import load_inline
+import ctypes, os, sys, time
+from torch.utils.cpp_extension import load
+SOURCE = 'extern "C" int add_one(int x) { return x + 1; }\n'
 started = time.monotonic()
-ext = load_inline(name="cachesvc_add_one", cpp_sources="int add_one(int x) { return x + 1; }",
-                  functions=["add_one"], verbose=True)
-print("RESULT", ext.add_one(41), "LOAD_S", round(time.monotonic() - started, 2), flush=True)
-so = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "cachesvc_add_one", "cachesvc_add_one.so")
+build = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "cachesvc_add_one")
+src = os.path.join(build, "add_one.cpp")
+os.makedirs(build, exist_ok=True)
+if not os.path.exists(src) or open(src).read() != SOURCE:
+    with open(src, "w") as f:
+        f.write(SOURCE)
+so = load(name="cachesvc_add_one", sources=[src], is_python_module=False, verbose=True)
+print("RESULT", ctypes.CDLL(so).add_one(41), "LOAD_S", round(time.monotonic() - started, 2), flush=True)
+assert so == os.path.join(build, "cachesvc_add_one.so"), so
 print("SO_MTIME", int(os.stat(so).st_mtime), flush=True)
 if sys.argv[1] == "publish":
     from cachesvc_client import CacheClient

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import calls, learned as learned_mod, publisher as publisher_mod, shapes as shapes_mod, spec as spec_mod
 from . import deferred, support, verify as verify_mod, warmup
@@ -24,8 +24,6 @@ from ..errors import HitRequired
 log = logging.getLogger("cachesvc_client")
 #: how long a call that goes to torch.compile on a hit waits for the background snapshot restore
 SNAPSHOT_WAIT_S = 60.0
-#: how long an exiting process waits for its hit's report to the service
-VERDICT_AT_EXIT_S = 5.0
 
 
 class Calls(dict):
@@ -220,9 +218,8 @@ class CompiledModel:
                                    first_run=round(time.monotonic() - started, 4))
                 if slot.libraries.seconds is not None:
                     self.phases["libraries"] = slot.libraries.seconds
-                if self._slot is not None:
-                    self._report_hit(self.load_seconds + time.monotonic() - started)
-                deferred.after_first_output(self)  # in a thread: this call returns now
+                report = self._hit_reporter(self.load_seconds + time.monotonic() - started) if self._slot else None
+                deferred.after_first_output(self, report)  # in a thread, after a pause: this call returns now
                 return out
             if slot.dead:
                 self._slot = None
@@ -270,10 +267,11 @@ class CompiledModel:
         self.calls["torch.compile"] += 1
         return self._torch_compiled()(*args, **kwargs)
 
-    def _report_hit(self, first_call_seconds: float) -> None:
-        """The package served the first call: tell the service, as ``client.verify()`` does after a snapshot
-        restore, so its stats and pages count the hit and the compile seconds it saved (the package's
-        build minus this first call). In a background thread; a failure only logs."""
+    def _hit_reporter(self, first_call_seconds: float) -> Callable[[], None]:
+        """The package served the first call: what tells the service, as ``client.verify()`` does after a
+        snapshot restore, so its stats and pages count the hit and the compile seconds it saved (the package's
+        build minus this first call). Sent by the first output's background thread (deferred.py), also as the
+        process exits; a failure only logs."""
         versions, spent = [self.report.version_id], round(first_call_seconds, 3)
 
         def send() -> None:
@@ -282,10 +280,7 @@ class CompiledModel:
             except Exception as exc:  # noqa: BLE001 - statistics: never the serving process's trouble
                 log.info("cachesvc compile %s: could not report the hit: %s", self.name, exc)
 
-        thread = threading.Thread(target=send, name=f"cachesvc-compile-verdict-{self.name}", daemon=True)
-        thread.start()
-        # a process that exits at once still counts its hit: the request is bounded by the client's timeout
-        publisher_mod.at_exit(lambda: thread.join(VERDICT_AT_EXIT_S))
+        return send
 
     def _torch_compiled(self) -> Any:
         if self._compiled is None:

@@ -1,20 +1,24 @@
-"""A hit's background work, started once its first call has an output: the key's snapshot restore (so a
-call off the spec compiles from Inductor's cache) and the learned packages of the other shapes.
+"""A hit's background work, begun a moment after its first call has an output: the hit's report to the
+service, the key's snapshot restore (so a call off the spec compiles from Inductor's cache) and the
+learned packages of the other shapes.
 
 Started in compile() it shared the interpreter with the package's first run, the part of the first output
 the one call changes; started inside the first call it still ran before that call returned (0.24-0.27 s of a
 Llama-family restart's first call on an H100, 2026-12-06, most of it the collection compile()'s hold had
-put off). So the first output starts it in a thread of its own and returns, and the hold on the full
-collections (process/collector.py) ends a moment later, not inside the first call. A call the package does
-not serve, ``warm_up()`` and a wait for the snapshot start it at once, in the calling thread, and end the
-hold: torch.compile's allocations come next, and are its to pay.
+put off). Started in a thread as the first call returned, it still ran beside what the caller does with that
+output (a synchronize, a copy, a response): on an H100, four of five BERT-large and three of five T5-large
+restarts reached their first output about 0.14 s later than compile() and the package's run add up to, the
+others within 0.01 s (2026-12-07). So the thread waits ``START_AFTER_OUTPUT_S`` first, as the hold on the full collections (process/collector.py) does. A call
+the package does not serve, ``warm_up()`` and a wait for the snapshot start the work at once, in the calling
+thread, and end the hold: torch.compile's allocations come next, and are its to pay. A process that exits
+during the pause sends the report and starts nothing else: a short-lived process needs none of it.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Optional
 
 from . import learned as learned_mod
 from ..process import exits
@@ -22,27 +26,37 @@ from ..process import exits
 log = logging.getLogger("cachesvc_client")
 #: how long after a hit's first output the full collections stay held (the hold's own bound is 30 s)
 GC_HOLD_AFTER_OUTPUT_S = 1.0
-#: how long an exiting process waits for that start
+#: how long after a hit's first output its background work waits, unless a call needs it sooner
+START_AFTER_OUTPUT_S = 1.0
+#: how long an exiting process waits for the report (the request is bounded by the client's timeout too)
 AT_EXIT_S = 5.0
 
 
-def after_first_output(compiled: Any) -> None:
-    """The first served call has its output: start the background work in a thread, end the hold shortly."""
+def after_first_output(compiled: Any, report: Optional[Callable[[], None]] = None) -> None:
+    """The first served call has its output: end the hold shortly, and in a thread, after a pause, send
+    ``report`` (the hit's, to the service) and start the background work."""
     if compiled.gc_hold is not None:
         compiled.gc_hold.release_after(GC_HOLD_AFTER_OUTPUT_S)
-    if not compiled._deferred:
+    if report is None and not compiled._deferred:
         return
-    thread = threading.Thread(target=start, args=(compiled, False), name=f"cachesvc-deferred-{compiled.name}",
-                              daemon=True)
+    exiting = threading.Event()
+    thread = threading.Thread(target=_after_pause, args=(compiled, report, exiting),
+                              name=f"cachesvc-deferred-{compiled.name}", daemon=True)
     try:
         thread.start()
     except RuntimeError as exc:  # the interpreter is shutting down: a short-lived process needs none of it
         log.debug("cachesvc compile %s: the background work did not start: %s", compiled.name, exc)
         return
     compiled._deferred_thread = thread
-    # a process that exits right after its first output lets the start finish first (tens of milliseconds), as
-    # when it ran inside the first call: what it starts has its own exits (restore/outcome.py, learned.py)
-    exits.at_exit(lambda: thread.join(AT_EXIT_S))
+    exits.at_exit(lambda: (exiting.set(), thread.join(AT_EXIT_S)))
+
+
+def _after_pause(compiled: Any, report: Optional[Callable[[], None]], exiting: threading.Event) -> None:
+    exiting.wait(START_AFTER_OUTPUT_S)
+    if report is not None:
+        report()
+    if not exiting.is_set():
+        start(compiled, False)
 
 
 def start(compiled: Any, release_hold: bool = True) -> None:

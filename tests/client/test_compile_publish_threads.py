@@ -13,6 +13,7 @@ once its first call has its output, not beside the package's first run.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -64,24 +65,28 @@ def test_a_miss_exports_in_the_calling_thread_and_builds_the_package_in_a_child(
     assert exporters == [threading.main_thread().name], exporters  # once, in the thread that called
     assert in_process_builds == [], in_process_builds  # Inductor built the package in a child process
     assert calls > 1  # the model served during the build
-    # A restart served by that package starts nothing beside its first call: the snapshot restore and the
-    # learned packages wait for the first call's output (they shared the interpreter with the package's
-    # first run), then start once, even as more calls come.
+    # A restart served by that package starts nothing beside its first call, nor beside what the caller does
+    # with that output: the snapshot restore and the learned packages (they shared the interpreter with the
+    # package's first run) start a pause after the first call returned, then once, even as more calls come.
     enter_container(monkeypatch, tmp_path / "b")
     started = []
     client = client_for(live_server.url)
     real_restore, real_learned = client.start_restore, learned_mod.Learned.start
-    monkeypatch.setattr(client, "start_restore", lambda *a, **kw: started.append("snapshot") or real_restore(*a, **kw))
-    monkeypatch.setattr(learned_mod.Learned, "start", lambda self: started.append("learned") or real_learned(self))
+    monkeypatch.setattr(client, "start_restore",
+                        lambda *a, **kw: started.append(("snapshot", time.monotonic())) or real_restore(*a, **kw))
+    monkeypatch.setattr(learned_mod.Learned, "start", lambda self: started.append(("learned", 0)) or real_learned(self))
     hit = cachesvc_client.compile(model, (x,), name="threads", client=client, publish=False)
     assert hit.source == "artifact" and started == [] and "deferred" not in hit.phases, (hit.miss_reason, started)
     assert hit.learned["done"] is False  # not started yet: not "done"
     with torch.no_grad():
         torch.testing.assert_close(hit(x), want)
-        # started in a thread of its own as the first call returned (one_call/deferred.py)
+        returned = time.monotonic()
+        # started in a thread of its own, the pause after the first call returned (one_call/deferred.py)
         assert hit._deferred_thread is not None and hit._deferred_thread.name.startswith("cachesvc-deferred-")
         deferred.wait(hit, 30)
-        assert started == ["snapshot", "learned"] and hit.phases["deferred"] >= 0, started
+        assert [what for what, _ in started] == ["snapshot", "learned"] and hit.phases["deferred"] >= 0, started
+        assert started[0][1] - returned >= deferred.START_AFTER_OUTPUT_S - 0.05, (started, returned)
+        started = [what for what, _ in started]
         torch.testing.assert_close(hit(x), want)
     assert started == ["snapshot", "learned"] and hit.calls == {"artifact": 2, "torch.compile": 0}
     hit._await_snapshot()  # the restore started after the first call finishes

@@ -215,3 +215,36 @@ def test_a_hits_background_work_starts_once_and_its_trouble_stays_a_log_line(mon
     assert started == ["snapshot", "learned"] and hit._learned is None and hit.phases["deferred"] >= 0
     assert released  # the hold is let go first (its release is idempotent: collector.FullCollectionHold)
     assert "the learned packages are not fetched: no thread for you" in caplog.text
+
+
+EXITS_IN_THE_PAUSE = """
+import sys, threading, time, types
+from cachesvc_client.one_call import deferred
+
+hit = types.SimpleNamespace(_background_lock=threading.Lock(), _deferred=True, _down=False, phases={}, name="tiny",
+                            _learned=None, gc_hold=None,
+                            _start_snapshot_restore=lambda: print("snapshot started", flush=True))
+deferred.after_first_output(hit, lambda: print("reported", flush=True))
+print("exiting", flush=True)
+exiting = time.monotonic()
+import atexit
+atexit.register(lambda: print(f"exited in {time.monotonic() - exiting:.2f} s", flush=True))
+"""
+
+
+def test_a_process_that_exits_in_the_pause_after_its_first_output_reports_the_hit_and_starts_nothing(tmp_path):
+    """A hit's background work waits a moment after the first output (deferred.py): a process that exits in
+    that pause still tells the service of its hit, and neither waits out the pause nor starts the snapshot
+    restore and the learned packages (a short-lived process needs none of them), silently."""
+    import subprocess
+    import sys
+
+    from cachesvc_client.one_call import deferred
+
+    script = tmp_path / "exits.py"
+    script.write_text(EXITS_IN_THE_PAUSE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not done.stderr, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["exiting", "reported"] and len(lines) == 3, lines  # no "snapshot started"
+    assert float(lines[2].split()[2]) < deferred.START_AFTER_OUTPUT_S / 2, lines  # the pause cut short

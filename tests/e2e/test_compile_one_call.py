@@ -74,7 +74,7 @@ def test_a_restarted_container_loads_it_without_tracing_or_compiling(published):
     # where compile()'s own seconds went, each phase timed once: what a slow start is read from
     phases = warm["compile"]["phases"]
     # "first_check", "first_run": the first call's checks and run; "deferred": the snapshot restore and the
-    # learned packages, started in a thread once the first call had its output
+    # learned packages, started in a thread a second after the first call had its output (the worker waits for it)
     # "gc": the collector's seconds, already inside the phase each collection interrupted
     # "libraries_wait": the first call's wait for the GPU libraries' warm-up (none on a CPU: no "libraries")
     assert set(phases) == {"key", "restore", "proof", "bind", "load", "background", "total", "first_check",

@@ -151,7 +151,9 @@ def test_fault_service_killed_mid_publish_leaves_no_partial_version_and_gc_recla
                                  cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (blobs_dir.exists() and any(blobs_dir.rglob("*"))):
+    # a stored blob, not only its folder: the store makes a blob's folder before it renames the blob in
+    # (a kill between the two left no blob, and the test failed, 2026-12-07)
+    while time.monotonic() < deadline and not (blobs_dir.exists() and any(p.is_file() for p in blobs_dir.rglob("*"))):
         time.sleep(0.01)
     kill_tree(svc.proc.pid)  # SIGKILL: gunicorn master and workers, mid-upload
     svc.proc.wait()

@@ -136,7 +136,8 @@ def _export(model: Any, example_inputs: Sequence[Any], path: str, kwargs: Option
     with torch.no_grad():
         program = torch.export.export(twin, args, kw, dynamic_shapes=dynamic_shapes, strict=strict)
     signature = program.module_call_graph[0].signature
-    return spec_modules(signature.in_spec, signature.out_spec), _save(program, path)
+    modules = spec_modules(signature.in_spec, signature.out_spec)
+    return sorted(set(modules) | set(op_modules(program.graph))), _save(program, path)
 
 
 def _save(program: Any, path: str) -> bool:
@@ -188,6 +189,30 @@ def spec_modules(*specs: Any) -> List[str]:
         if module and module.split(".")[0] not in BUILTIN_MODULES and module not in found:
             found.append(module)
         todo.extend(spec.children() if hasattr(spec, "children") else ())
+    return sorted(found)
+
+
+#: operator namespaces torch registers itself: no import brings them
+TORCH_NAMESPACES = ("aten", "prims", "higher_order", "_c10d_functional", "c10d_functional", "quantized", "profiler")
+
+
+def op_modules(graph: Any) -> List[str]:
+    """The modules that register the custom operators ``graph`` calls (``torch.library.custom_op``: transformers
+    5's mixture-of-experts layers call ``torch.ops.transformers.grouped_mm_fallback``). A child that has not
+    imported them cannot read the program back ("We failed to resolve torch.ops.transformers.grouped_mm_fallback
+    .default to an operator"), nor run the package. An operator registered another way is left out: its build
+    fails as it did, with torch's message."""
+    from torch._library import custom_ops
+
+    found = set()
+    for node in graph.nodes:
+        namespace = getattr(node.target, "namespace", None) if node.op == "call_function" else None
+        if namespace is None or namespace in TORCH_NAMESPACES:
+            continue
+        definition = custom_ops.OPDEFS.get(node.target.name().split(".")[0])
+        module = getattr(getattr(definition, "_init_fn", None), "__module__", None)
+        if module and module != "__main__" and module.split(".")[0] not in BUILTIN_MODULES:  # a script's: no import
+            found.add(module)
     return sorted(found)
 
 

@@ -30,6 +30,23 @@ FAMILIES = {
     "mistral": ("MistralConfig", "MistralForCausalLM", "text"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", "text"),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", "text"),
+    # more decoder families, each with modeling code of its own (a held-out zoo's kind): rotary or ALiBi,
+    # parallel attention, sliding windows and soft-capping, QK norms, a mixture of experts
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", "text"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", "text"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", "text"),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", "text"),
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", "text"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", "text"),
+    "phi": ("PhiConfig", "PhiForCausalLM", "text"),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", "text"),
+    "falcon": ("FalconConfig", "FalconForCausalLM", "text"),
+    "bloom": ("BloomConfig", "BloomForCausalLM", "text"),
+    "gptj": ("GPTJConfig", "GPTJForCausalLM", "text"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", "text"),
+    "electra": ("ElectraConfig", "ElectraModel", "text"),
+    "deberta_v2": ("DebertaV2Config", "DebertaV2Model", "text"),
+    "dinov2": ("Dinov2Config", "Dinov2Model", "image"),
     "t5": ("T5Config", "T5EncoderModel", "text"),
     "vit": ("ViTConfig", "ViTModel", "image"),
 }
@@ -74,9 +91,20 @@ def _config_kwargs(family: str, size: Dict[str, int]) -> Dict[str, Any]:
     if family == "opt":
         return dict(common, ffn_dim=ffn, word_embed_proj_dim=h, use_cache=False, pad_token_id=1, bos_token_id=2,
                     eos_token_id=2)
-    if family in ("llama", "qwen2", "mistral", "phi3", "gemma"):  # gemma's head_dim defaults to 256
+    if family in ("gptj",):
+        return dict(n_embd=h, n_layer=n, n_head=heads, n_inner=ffn, rotary_dim=h // heads // 2, vocab_size=VOCAB,
+                    n_positions=512, use_cache=False, bos_token_id=0, eos_token_id=0)
+    if family == "dinov2":
+        return dict(hidden_size=h, num_hidden_layers=n, num_attention_heads=heads, mlp_ratio=ffn // h,
+                    image_size=IMAGE, patch_size=8)
+    if family == "mixtral":  # four experts, two a token: the routing picks rows by value
         return dict(common, intermediate_size=ffn, num_key_value_heads=heads, use_cache=False, pad_token_id=0,
-                    bos_token_id=1, eos_token_id=2, **({"head_dim": h // heads} if family == "gemma" else {}))
+                    bos_token_id=1, eos_token_id=2, num_local_experts=4, num_experts_per_tok=2)
+    if family in ("llama", "qwen2", "mistral", "phi3", "gemma", "qwen3", "gemma2", "olmo2", "stablelm", "starcoder2",
+                  "granite", "phi", "gpt_neox", "falcon", "bloom"):  # gemma's head_dim defaults to 256
+        return dict(common, intermediate_size=ffn, num_key_value_heads=heads, use_cache=False, pad_token_id=0,
+                    bos_token_id=1, eos_token_id=2,
+                    **({"head_dim": h // heads} if family in ("gemma", "gemma2", "qwen3") else {}))
     return dict(common, intermediate_size=ffn, pad_token_id=1 if family == "roberta" else 0)
 
 

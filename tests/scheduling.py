@@ -38,6 +38,9 @@ def make_scheduler(config, log):
     class LongestFirst(LoadScopeScheduling):
         _ordered = False
 
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
         def _assign_work_unit(self, node) -> None:
             # schedule() fills the whole work queue (in xdist's order) before its first hand-out, and
             # nothing has been sent to a worker yet: reorder it once, here.
@@ -50,6 +53,13 @@ def make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return LongestFirst(config, log)
+
+
+def scope_of(nodeid: str) -> str:
+    """The scope of a test: its module, or its class. xdist splits the node id at its last ``::``, and a parameter
+    may hold one (``test_x[http://[::1]``): such a test became a scope of its own, handed out apart from its
+    module (and first, the table not naming it). The parameters are left out before the split."""
+    return nodeid.split("[", 1)[0].rsplit("::", 1)[0]
 
 
 def longest_first(scopes: Dict[str, int], costs: Dict[str, float]) -> List[str]:

@@ -1,7 +1,7 @@
 """The order the suite's modules go out to xdist's workers (tests/scheduling.py)."""
 from __future__ import annotations
 
-from tests.scheduling import longest_first, table_from_junit
+from tests.scheduling import longest_first, scope_of, table_from_junit
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.e2e.test_build_job" name="test_builds" time="80.5"/>
@@ -36,3 +36,11 @@ def test_the_checked_in_table_names_scopes_as_xdist_does():
 
     costs = load_costs()
     assert costs and all(scope.startswith("tests/") and ".py" in scope for scope in costs)
+
+
+def test_a_test_is_in_its_modules_or_classes_scope_whatever_its_parameters_hold():
+    """xdist's own split (the last ``::``) made ``test_x[http://[::1]`` a scope of its own (2026-12-07)."""
+    assert scope_of("tests/client/test_cli.py::test_bad[args7-'--url': 'http://[::1' is not a URL]") == \
+        "tests/client/test_cli.py"
+    assert scope_of("tests/service/test_api.py::TestAuth::test_c[a::b]") == "tests/service/test_api.py::TestAuth"
+    assert scope_of("tests/e2e/test_build_job.py::test_builds") == "tests/e2e/test_build_job.py"

@@ -50,6 +50,18 @@ class ReadsAPlainTensor(MakesATable):
         return super().forward(x) + self.offset
 
 
+class HoldsAViewBuffer(MakesATable):
+    """The same, plus a buffer that is a view (DeBERTa-v2's ``position_ids``: ``arange(...).expand(1, -1)``):
+    Dynamo takes the view's base as a graph input of its own, which is still the model's tensor."""
+
+    def __init__(self, seed: int):
+        super().__init__(seed)
+        self.register_buffer("ids", torch.arange(8.0).expand((1, -1)), persistent=False)
+
+    def forward(self, x):
+        return super().forward(x) + self.ids[:, : x.shape[-1]]
+
+
 @pytest.fixture(scope="module")
 def x():
     return torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
@@ -80,6 +92,9 @@ def test_the_proof_says_whether_the_trace_read_a_tensor_outside_the_model(x):
     """What the publisher asks the build by (``carry=not reads_inputs``)."""
     assert not proof.capture(MakesATable(0), (x,), {}).reads_inputs
     assert proof.capture(ReadsAPlainTensor(0), (x,), {}).reads_inputs
+    # a buffer that is a view is read through its base: the model's own tensor, so its tensors travel (DeBERTa-v2
+    # on transformers 4.57 got no package until then, 2026-12-07)
+    assert not proof.capture(HoldsAViewBuffer(0), (x,), {}).reads_inputs
 
 
 class RunsCode:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 import types
@@ -18,6 +19,11 @@ from . import portable
 from .container import Built, Entry, NoProof
 from .guards import (CALL_LOCALS, CLASS_KINDS, GLOBAL_KINDS, INPUT, SLOT, STDLIB, first_line, key, lines_digest,
                      root)
+
+#: a parameter's or buffer's base, where the model holds a view (DeBERTa-v2's ``position_ids`` buffer is
+#: ``arange(...).expand(1, -1)``): Dynamo takes the base as a graph input of its own, but it is the model's
+#: tensor, read through its slot, not a value outside the model
+VIEW_OF_SLOT = re.compile(SLOT.pattern[:-1] + r"(\._base)+$")
 
 
 def capture(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
@@ -107,7 +113,8 @@ def _record_inputs(graph_module: Any, output_graph: Any, frame: Any, recorded: D
                            "input whose value would be baked into the package")
     scope = {"L": frame.locals, "G": frame.globals, "__builtins__": builtins.__dict__}
     for source in sources:
-        if root(source) in CALL_LOCALS or (root(source) == "self" and SLOT.search(source.name)):
+        if root(source) in CALL_LOCALS or (root(source) == "self" and (SLOT.search(source.name) or
+                                                                    VIEW_OF_SLOT.search(source.name))):
             continue
         try:
             described = portable.graph_input(source.get_value(scope, _get_closure_vars(), {}))

@@ -13,32 +13,61 @@ still has its storage (``.data =`` keeps the object and swaps the storage). One 
 ``data_ptr()`` per tensor (bench/probes/binding_check.py). A change is rebound when the new tensor has the
 bound one's shape, strides, dtype and device, else the call goes to torch.compile (compiled.py logs
 either once).
+
+A plain tensor attribute of the model or a submodule that the trace read (GPT-J's sinusoidal table on
+transformers 4.57) is bound the same way, by its path, once the proof names it (``bind_attributes``): its
+slot is the module's ``__dict__``.
 """
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
-def live_constants(model: Any) -> Dict[str, Any]:
-    """The model's parameters and buffers by fully qualified name (what the package's constants are called).
+def live_constants(model: Any, attributes: Sequence[str] = ()) -> Dict[str, Any]:
+    """The model's parameters and buffers by fully qualified name (what the package's constants are called),
+    and the plain tensor attributes at the paths ``attributes`` (the proof's: proof/capture.py).
 
     Every name of a shared tensor: a tied weight (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``)
     is a constant of the package under each name, and ``named_parameters()`` alone gives only the first."""
     named = (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False))
-    return {name: t.detach() for name, t in named}
+    found = {name: t.detach() for name, t in named}
+    found.update((fqn, t.detach()) for fqn, (_, _, t) in attribute_slots(model, attributes).items())
+    return found
 
 
-def _slots(model: Any) -> List[Tuple[str, dict, str]]:
+def attribute_slots(model: Any, attributes: Sequence[str]) -> Dict[str, Tuple[dict, str, Any]]:
+    """fqn -> (the module's ``__dict__``, the name there, the tensor) for each of ``attributes`` that is a plain
+    tensor attribute of the model or a submodule now (a path that is not: left out, so a package that wants it
+    cannot load: runner.py)."""
+    import torch
+
+    out = {}
+    for fqn in attributes:
+        prefix, _, name = fqn.rpartition(".")
+        try:
+            module = model.get_submodule(prefix)
+        except (AttributeError, TypeError):
+            continue
+        store = vars(module)
+        value = store.get(name)
+        if type(value) is torch.Tensor:
+            out[fqn] = (store, name, value)
+    return out
+
+
+def _slots(model: Any, attributes: Sequence[str] = ()) -> List[Tuple[str, dict, str]]:
     """(fqn, the dict holding it, its name there) for every submodule, parameter and buffer, a shared one
-    under each of its names: untying a tied weight replaces the object in one slot only, and swapping a
-    submodule (``model.fc = nn.Linear(...)``) leaves the old module's own dicts as they were."""
+    under each of its names, and each bound plain attribute (its module's ``__dict__``): untying a tied weight
+    replaces the object in one slot only, and swapping a submodule (``model.fc = nn.Linear(...)``) leaves the
+    old module's own dicts as they were."""
     out = []
     for prefix, module in model.named_modules(remove_duplicate=False):
         for store in (module._modules, module._parameters, module._buffers):
             for name, t in store.items():
                 if t is not None:
                     out.append((f"{prefix}.{name}" if prefix else name, store, name))
+    out.extend((fqn, store, name) for fqn, (store, name, _) in attribute_slots(model, attributes).items())
     return out
 
 
@@ -49,15 +78,23 @@ def _layout(t: Any) -> tuple:
 class Binding:
     """The live tensors given to a runner: ``constants`` (fqn -> tensor), and ``changed()``."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, attributes: Sequence[str] = ()):
         self.model = model
-        self.constants: Dict[str, Any] = live_constants(model)
+        self.attributes = list(attributes)
+        self.constants: Dict[str, Any] = live_constants(model, self.attributes)
         self._take()
+
+    def bind_attributes(self, attributes: Sequence[str]) -> None:
+        """Also bind these plain tensor attributes (the proof's, known once it is loaded)."""
+        if attributes:
+            self.attributes = sorted(set(self.attributes) | set(attributes))
+            self.constants = live_constants(self.model, self.attributes)
+            self._take()
 
     def _take(self) -> None:
         import torch
 
-        self._slots = _slots(self.model)
+        self._slots = _slots(self.model, self.attributes)
         # the dicts and names apart, for map(): the check is per call, so no Python loop per tensor
         self._stores = [store for _, store, _ in self._slots]
         self._names = [name for _, _, name in self._slots]
@@ -92,7 +129,7 @@ class Binding:
     def refresh(self) -> Optional[str]:
         """Take the model's tensors as they are now. None when each has its bound one's layout (the
         package can run on them: the caller rebinds it to ``constants``); else why not."""
-        now = live_constants(self.model)
+        now = live_constants(self.model, self.attributes)
         if sorted(now) != sorted(self.constants):
             return "the model's parameters and buffers are not the ones it was built with"
         for fqn, t in now.items():

@@ -30,6 +30,8 @@ class Exported:
 
     imports: List[str]
     how: str
+    #: the plain tensor attributes the program reads as buffers of that name (``bind_attributes``)
+    attributes: List[str] = field(default_factory=list)
     narrowed: Dict[str, Tuple[int, int]] = field(default_factory=dict)
     fix: str = ""
     #: the program was lowered to ATen ops before it was saved (``_save``): its pre-dispatch form could not be
@@ -37,7 +39,7 @@ class Exported:
 
 
 def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Optional[Mapping[str, Any]] = None,
-           dynamic_shapes: Any = None) -> Exported:
+           dynamic_shapes: Any = None, attributes: Sequence[str] = ()) -> Exported:
     """``torch.export`` a copy of ``model`` for ``model(*example_inputs, **kwargs)`` and save the program at
     ``path`` (.pt2).
 
@@ -53,14 +55,15 @@ def export(model: Any, example_inputs: Sequence[Any], path: str, *, kwargs: Opti
     torch.export's (calls.CallSpec.export_dynamic_shapes). Called in the serving thread, between two
     calls (compiled.py): export sets torch.fx's module-level node metadata, which a compiled call running
     at the same time in another thread also sets, and torch 2.11's compiled ViT-B/16 died of that race
-    (KeyError 'custom', then terminate) when export ran in the background thread."""
+    (KeyError 'custom', then terminate) when export ran in the background thread. ``attributes``: the plain
+    tensor attributes the package is to read live (the proof's: ``bind_attributes``)."""
     failures: List[BaseException] = []
     for strict in (False, True):
         shapes, narrowed, fix = dynamic_shapes, {}, ""
         for _ in range(2):  # as declared, then as torch.export suggests
             try:
-                imports, decomposed = _export(model, example_inputs, path, kwargs, shapes, strict)
-                return Exported(imports, "strict" if strict else "non-strict", narrowed, fix, decomposed)
+                imports, decomposed, bound = _export(model, example_inputs, path, kwargs, shapes, strict, attributes)
+                return Exported(imports, "strict" if strict else "non-strict", bound, narrowed, fix, decomposed)
             except Exception as exc:  # noqa: BLE001 - another way may work; nothing working raises the first
                 failures.append(exc)
                 refined = refine(exc, shapes)
@@ -127,17 +130,38 @@ def _pairs(declared: Any, refined: Any) -> List[Tuple[Any, Any, Any]]:
 
 
 def _export(model: Any, example_inputs: Sequence[Any], path: str, kwargs: Optional[Mapping[str, Any]],
-            dynamic_shapes: Any, strict: bool) -> Tuple[List[str], bool]:
-    """The modules the child imports, and whether the saved program was lowered to ATen (``_save``)."""
+            dynamic_shapes: Any, strict: bool, attributes: Sequence[str]) -> Tuple[List[str], bool, List[str]]:
+    """The modules the child imports, whether the saved program was lowered to ATen (``_save``), and the
+    attributes it reads as buffers (``bind_attributes``)."""
     import torch
 
     twin = copy.deepcopy(model)  # export may patch the module it traces; the process keeps the original
     args, kw = canonical(example_inputs, kwargs)
     with torch.no_grad():
         program = torch.export.export(twin, args, kw, dynamic_shapes=dynamic_shapes, strict=strict)
+    bound = bind_attributes(program, attributes)
     signature = program.module_call_graph[0].signature
     modules = spec_modules(signature.in_spec, signature.out_spec)
-    return sorted(set(modules) | set(op_modules(program.graph))), _save(program, path)
+    return sorted(set(modules) | set(op_modules(program.graph))), _save(program, path), bound
+
+
+def bind_attributes(program: Any, attributes: Sequence[str]) -> List[str]:
+    """Make the program read each of ``attributes`` (plain tensor attributes of the model, by path) as a
+    non-persistent buffer of that name; returns those it read (others it did not read, or lifted unnamed).
+
+    torch.export lifts a plain tensor attribute (GPT-J's sinusoidal table on transformers 4.57) as a constant
+    named by its path, but AOTInductor traces the program again and fx names each such tensor anew
+    (``_tensor_constant0``): a weightless package then wants a value no live tensor is called by, and carrying
+    the builder's would serve its value where the live process holds another. As a buffer it keeps its path,
+    and the package reads the live tensor there, as it reads the model's weights (binding.py)."""
+    from torch.export.graph_signature import InputKind
+
+    wanted, bound = set(attributes), []
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == InputKind.CONSTANT_TENSOR and spec.target in wanted:
+            spec.kind, spec.persistent = InputKind.BUFFER, False
+            bound.append(spec.target)
+    return sorted(bound)
 
 
 def _save(program: Any, path: str) -> bool:

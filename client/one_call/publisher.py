@@ -42,6 +42,7 @@ class Publisher:
         self._work: Optional[str] = None  # the exported program's folder, removed when the thread ends
         self._not_exported = ""
         self._imports: List[str] = []  # the modules of the program's pytree types (export.py)
+        self._bound: List[str] = []  # the plain tensor attributes the program reads as buffers (export.py)
         self._proof: Optional[proof.Built] = None  # the trace's guards, shipped in the package (proof/)
         self._ends: List[ends.End] = []  # the declared ranges' ends the publish check adds (ends.py)
 
@@ -76,11 +77,13 @@ class Publisher:
         c = self.compiled
         with proof.environment_reads(self._proof) as names:
             made = export.export(c.model, c.args, os.path.join(self._work, "exported.pt2"), kwargs=c.call_kwargs,
-                                 dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args, c.call_kwargs))
+                                 dynamic_shapes=c.spec.export_dynamic_shapes(c.model.forward, c.args, c.call_kwargs),
+                                 attributes=self._proof.attributes)
             if made.how == "strict":  # Dynamo traced symbolically: the model's Python ran for real once
                 export.run_once(c.model, c.args, c.call_kwargs)
         self._proof = self._proof.with_environment(names)
         self._imports = made.imports
+        self._bound = made.attributes
         self.exported = f"{made.how}, lowered to ATen" if made.decomposed else made.how
         if made.narrowed:
             before = c.spec.served_text()
@@ -148,16 +151,19 @@ class Publisher:
         path = os.path.join(self._work, onefile.FILENAMES[support.KIND])
         started = time.monotonic()
         # the tensors the computation makes travel in the package only where the proof says the trace read no
-        # tensor outside the model and the call: one in a plain attribute or a global is the live process's
+        # tensor outside the model and the call (one in a global is the live process's), and every plain
+        # attribute it read is a buffer of the program (export.bind_attributes), not a constant to carry
+        carry = not self._proof.reads_inputs and set(self._proof.attributes) <= set(self._bound)
         phases = build.build(os.path.join(self._work, "exported.pt2"), path, mode=c.mode, imports=self._imports,
-                             carry=not self._proof.reads_inputs)
+                             carry=carry)
         build_seconds = time.monotonic() - started
         carried = computed.attach(path)
         if carried:
             log.info("cachesvc compile %s: the package carries %d tensor(s) its computation makes", c.name, carried)
         checked = time.monotonic()
         failed = verify.verify(path, c.model, c.example_inputs, c.device, calls=c.spec.calls, imports=self._imports,
-                               cuda_graph=c.cuda_graph, optional=[end.call for end in self._ends])
+                               cuda_graph=c.cuda_graph, optional=[end.call for end in self._ends],
+                               attributes=self._bound)
         self._proof = ends.settle(c, self._proof, self._ends, failed)
         proof.attach(path, self._proof)
         check_seconds = time.monotonic() - checked

@@ -104,6 +104,7 @@ def open_slot(shape: str, report: Any, model: Any, spec: calls.CallSpec, device:
         marks.append(time.monotonic())
         checked = proof_mod.Proof.load(proof_mod.read(report.artifacts[0]), model,
                                        pin_tensors=settings.current().proof_pins)
+        binding.bind_attributes(checked.attributes)  # the plain tensor attributes the package reads, by path
         marks.append(time.monotonic())
         runner = Runner(report.artifacts[0], binding.constants, device, cuda_graph=cuda_graph)
         marks.append(time.monotonic())

@@ -12,18 +12,21 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .build import last_line
 from .calls import leaves
+from .binding import attribute_slots
 from .runner import live_constants
 from ..errors import LoadFailed
 
 
-def perturb(model: Any) -> None:
+def perturb(model: Any, attributes: Sequence[str] = ()) -> None:
     """Scale every floating parameter and buffer of ``model`` in place by seeded factors in [0.5, 1.5]
-    (signs kept: a BatchNorm's running variance stays positive)."""
+    (signs kept: a BatchNorm's running variance stays positive), and the plain tensor attributes at the
+    paths ``attributes``."""
     import torch
 
     gen = torch.Generator().manual_seed(18)
+    bound = [t for _, _, t in attribute_slots(model, attributes).values()]
     with torch.no_grad():
-        for t in (*model.parameters(), *model.buffers()):
+        for t in (*model.parameters(), *model.buffers(), *bound):
             if t.is_floating_point():
                 factor = torch.rand(t.shape, generator=gen, dtype=torch.float32) + 0.5
                 t.mul_(factor.to(device=t.device, dtype=t.dtype))
@@ -143,7 +146,7 @@ def _apart(got: Any, want: Any, device: str, reference: Any = None) -> Optional[
 def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
            calls: Optional[Sequence[Tuple[Sequence[Any], Mapping[str, Any]]]] = None, imports: Sequence[str] = (),
            cuda_graph: bool = False, timeout: float = 300,
-           optional: Sequence[Tuple[Sequence[Any], Mapping[str, Any]]] = ()) -> Dict[int, str]:
+           optional: Sequence[Tuple[Sequence[Any], Mapping[str, Any]]] = (), attributes: Sequence[str] = ()) -> Dict[int, str]:
     """Run the built package in a child process, as a fresh hit would, and compare it with eager; raise on a
     difference or a crash. A child: a loader that dies (torch 2.11's did on the H200) takes only the child.
 
@@ -155,20 +158,21 @@ def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
     ``calls``: the calls to compare, each (args, kwargs) (every declared shape; default: the example
     inputs alone); ``imports``: the modules of the output's pytree types (export.py), for the child.
     ``optional``: more calls (a declared range's ends: ends.py) whose differences are returned, by their
-    index in ``optional``, instead of raised."""
+    index in ``optional``, instead of raised. ``attributes``: the plain tensor attributes the package reads
+    live (export.bind_attributes), perturbed and passed like the weights."""
     import torch
     from torch.utils import _pytree as pytree
 
     required = list(calls) if calls is not None else [(tuple(example_inputs), {})]
     calls = required + list(optional)
     twin = copy.deepcopy(model)
-    perturb(twin)
+    perturb(twin, attributes)
     with torch.no_grad():
         want = [pytree.tree_leaves(twin(*args, **kwargs)) for args, kwargs in calls]
     reference = float32_reference(twin, calls) or [None] * len(calls)
     with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
         given, back = os.path.join(tmp, "given.pt"), os.path.join(tmp, "back.pt")
-        torch.save({"constants": live_constants(twin), "calls": [leaves(a, k)[0] for a, k in calls],
+        torch.save({"constants": live_constants(twin, attributes), "calls": [leaves(a, k)[0] for a, k in calls],
                     "imports": list(imports)}, given)
         done = subprocess.run([sys.executable, "-m", f"{__package__}.child", "check", path, given, back, device,
                                "graph" if cuda_graph else ""], capture_output=True, text=True, timeout=timeout)

@@ -5,7 +5,7 @@ the loader for it as ``_tensor_constant0``, which the live model does not have, 
 a package. Here a small model makes a scalar and a 9-element table the same way: its package carries the
 table (the scalar is a constant in the code), runs on another model's live weights and equals eager; a
 package built without them cannot load. The publisher asks for them only where the trace read no tensor
-outside the model (a plain attribute would be the live process's), and the entry's bytes are untrusted
+outside the model (a global's would be the live process's), and the entry's bytes are untrusted
 like the rest of the package: anything but tensors under AOTInductor's names is a LoadFailed.
 """
 from __future__ import annotations
@@ -39,8 +39,19 @@ class MakesATable(torch.nn.Module):
         return self.fc(x) * torch.tensor(self.scale ** 0.5, dtype=x.dtype) + table * self.scale  # Gemma's scalar too
 
 
+OFFSET = torch.linspace(0, 1, 8)
+
+
+class ReadsAGlobalTensor(MakesATable):
+    """The same, plus a tensor held in a global: the live process's, not the computation's."""
+
+    def forward(self, x):
+        return super().forward(x) + OFFSET
+
+
 class ReadsAPlainTensor(MakesATable):
-    """The same, plus a tensor held in a plain attribute: the live process's, not the computation's."""
+    """The same, plus a tensor held in a plain attribute: the model's own, bound live by its path
+    (test_plain_attributes.py), so the computation's tensors may still travel."""
 
     def __init__(self, seed: int):
         super().__init__(seed)
@@ -91,7 +102,9 @@ def test_a_package_carries_the_tensors_its_forward_makes_and_runs_on_live_weight
 def test_the_proof_says_whether_the_trace_read_a_tensor_outside_the_model(x):
     """What the publisher asks the build by (``carry=not reads_inputs``)."""
     assert not proof.capture(MakesATable(0), (x,), {}).reads_inputs
-    assert proof.capture(ReadsAPlainTensor(0), (x,), {}).reads_inputs
+    assert proof.capture(ReadsAGlobalTensor(0), (x,), {}).reads_inputs
+    attribute = proof.capture(ReadsAPlainTensor(0), (x,), {})
+    assert not attribute.reads_inputs and attribute.attributes == ["offset"]
     # a buffer that is a view is read through its base: the model's own tensor, so its tensors travel (DeBERTa-v2
     # on transformers 4.57 got no package until then, 2026-12-07)
     assert not proof.capture(HoldsAViewBuffer(0), (x,), {}).reads_inputs

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import portable
 from .container import Built, Entry, NoProof
-from .guards import (CALL_LOCALS, CLASS_KINDS, GLOBAL_KINDS, INPUT, SLOT, STDLIB, first_line, key, lines_digest,
-                     root)
+from .guards import (CALL_LOCALS, CLASS_KINDS, GLOBAL_KINDS, INPUT, SLOT, STDLIB, attribute_fqn, first_line, key,
+                     lines_digest, root)
 
 #: a parameter's or buffer's base, where the model holds a view (DeBERTa-v2's ``position_ids`` buffer is
 #: ``arange(...).expand(1, -1)``): Dynamo takes the base as a graph input of its own, but it is the model's
@@ -41,26 +41,28 @@ def capture(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *,
     args, kwargs = _dynamic_copies(tuple(args), dict(kwargs), dynamic)
     recorded: Dict[str, Optional[str]] = {}
     refused: List[str] = []
+    attributes: List[str] = []
     classes: Dict[int, type] = {}
     try:
         # only the declared dims vary (marked by _dynamic_copies): a process that traced this model before at
         # other sizes (a build job building one shape after another) must not make the proof's sizes
         # symbolic by Dynamo's automatic dynamic shapes, which a process that has not traced it cannot check
         with torch.no_grad(), torch._dynamo.config.patch(automatic_dynamic_shapes=False):
-            state, traced = _trace(model, args, kwargs, recorded, refused, classes)
+            state, traced = _trace(model, args, kwargs, recorded, refused, classes, attributes)
     except NoProof:
         raise
     except Exception as exc:  # noqa: BLE001 - Dynamo raises many types for a model it cannot trace whole
         raise NoProof(f"Dynamo could not trace the model in one graph: {first_line(exc)}") from exc
     if refused:
         raise NoProof(f"a guard cannot be carried to another process: {refused[0]}")
-    header = {"described": recorded, "sources": _sources(traced, classes.values()), "guards": len(recorded)}
+    header = {"described": recorded, "sources": _sources(traced, classes.values()), "guards": len(recorded),
+              "attributes": sorted(set(attributes))}
     entry = Entry(header=header, state=state, seconds=time.monotonic() - started, traced=frozenset(traced))
     return Built(torch=torch.__version__, entries=(entry,))
 
 
 def _trace(model: Any, args: tuple, kwargs: dict, recorded: Dict[str, Optional[str]],
-           refused: List[str], classes: Dict[int, type]) -> Tuple[bytes, list]:
+           refused: List[str], classes: Dict[int, type], attributes: List[str]) -> Tuple[bytes, list]:
     from torch._dynamo import convert_frame
     from torch._dynamo.hooks import Hooks
     from torch._dynamo.mutation_guard import install_generation_tagging_init
@@ -87,16 +89,18 @@ def _trace(model: Any, args: tuple, kwargs: dict, recorded: Dict[str, Optional[s
     if check.guards_state is None:
         raise NoProof("torch did not serialize the guards")
     frame = convert_frame._get_frame(call, args, kwargs)
-    _record_inputs(captured.backend_input.graph_module, output.output_graph, frame, recorded, refused)
+    _record_inputs(captured.backend_input.graph_module, output.output_graph, frame, recorded, refused, attributes)
     return check.guards_state, list(output.traced_code)
 
 
 def _record_inputs(graph_module: Any, output_graph: Any, frame: Any, recorded: Dict[str, Optional[str]],
-                   refused: List[str]) -> None:
+                   refused: List[str], attributes: List[str]) -> None:
     """The trace's graph inputs that are neither the call's nor a parameter or buffer: a numpy value, a
-    tensor held in a plain attribute or a global. Dynamo passes them to its graph at every call (its guards
-    pin their layout, not their value), but torch.export bakes their value into the package: so their
-    value is described too (``INPUT`` entries), and compared at load like any guard."""
+    tensor held in a global or in a plain attribute. Dynamo passes them to its graph at every call (its
+    guards pin their layout, not their value), but torch.export bakes their value into the package: so their
+    value is described too (``INPUT`` entries), and compared at load like any guard. A plain tensor attribute
+    of the model or a submodule is the model's own instead: its path goes into ``attributes``, the package
+    is bound to the live tensor there (export.bind_attributes, binding.py) and its slot is pinned (pins.py)."""
     import builtins
 
     from torch._dynamo.guards import _get_closure_vars
@@ -117,13 +121,24 @@ def _record_inputs(graph_module: Any, output_graph: Any, frame: Any, recorded: D
                                                                     VIEW_OF_SLOT.search(source.name))):
             continue
         try:
-            described = portable.graph_input(source.get_value(scope, _get_closure_vars(), {}))
+            value = source.get_value(scope, _get_closure_vars(), {})
+            fqn = attribute_fqn(source.name)
+            if fqn is not None and type(value) is _tensor_type():  # the model's own, bound live by its path
+                attributes.append(fqn)
+                continue
+            described = portable.graph_input(value)
         except Exception as exc:  # noqa: BLE001
             described = None
             refused.append(f"the trace's input {source.name} cannot be read ({first_line(exc)})")
         if described is None:
             refused.append(f"the trace's input {source.name} is not a value a package can be checked against")
         recorded[INPUT + source.name] = described
+
+
+def _tensor_type() -> type:
+    import torch
+
+    return torch.Tensor
 
 
 def _is_tensor(value: Any) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from . import bytecode, fakes, portable, templates, tracelog
 from .container import NoProof, decode
+from .container import attributes as container_attributes
 from .guards import CALL_LOCALS, GLOBAL_KINDS, INPUT, first_line, key, lines_digest, root, short
 from .hooks import HOOK_KIND, Hooks
 from .pins import Pins
@@ -42,6 +43,8 @@ class Proof:
         self._pins, self._data = list(pins or ()), data
         #: whether every tree checks every module tensor it reads as the object it was loaded on (pins.py)
         self.pins_tensors = bool(self._pins) and all(p.held for p in self._pins)
+        #: the model's plain tensor attributes the package is bound to, by path (capture._record_inputs)
+        self.attributes: List[str] = []
 
     def pinned(self) -> set:
         """The ids of the objects every tree pins (those of the first tree: each entry traced the same model)."""
@@ -83,7 +86,9 @@ class Proof:
             log.debug("cachesvc proof: the trees pin no tensors (%s)", failed)
             return cls._load(data, model, False)
         guards = sum(int(entry.get("guards", 0)) for entry, _ in entries)
-        return cls(model, managers, guards, time.monotonic() - started, phases, hooks, pins, data)
+        proof = cls(model, managers, guards, time.monotonic() - started, phases, hooks, pins, data)
+        proof.attributes = container_attributes(entry for entry, _ in entries)
+        return proof
 
     def unpinned(self) -> "Proof":
         """This proof's trees built again over the model as it is now, pinning no tensor (a tensor was replaced

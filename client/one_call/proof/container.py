@@ -70,6 +70,11 @@ class Built:
         plain attribute or a global, a numpy scalar: capture._record_inputs), which is the live process's."""
         return any(name.startswith(INPUT) for e in self.entries for name in e.header.get("described", {}))
 
+    @property
+    def attributes(self) -> List[str]:
+        """The plain tensor attributes of the model the traces read, by path: the package binds the live ones."""
+        return attributes(e.header for e in self.entries)
+
     def add(self, other: "Built") -> "Built":
         return dataclasses.replace(self, entries=self.entries + other.entries)
 
@@ -113,6 +118,11 @@ def decode(data: bytes, torch_version: str) -> Tuple[Dict[str, Any], List[Tuple[
     return header, entries
 
 
+def attributes(entries: Any) -> List[str]:
+    """The attribute paths of these entries' headers (capture._record_inputs), each once."""
+    return sorted({fqn for entry in entries for fqn in entry.get("attributes", ())})
+
+
 def _entries(header: Dict[str, Any]) -> List[Dict[str, Any]]:
     entries, environ = header.get("entries"), header.get("environ")
     if not isinstance(entries, list) or not isinstance(environ, dict):
@@ -120,7 +130,8 @@ def _entries(header: Dict[str, Any]) -> List[Dict[str, Any]]:
     for entry in entries:
         if not (isinstance(entry, dict) and isinstance(entry.get("described"), dict)
                 and isinstance(entry.get("sources"), list) and isinstance(entry.get("bytes"), int)
-                and entry["bytes"] >= 0):
+                and entry["bytes"] >= 0 and isinstance(entry.get("attributes", []), list)
+                and all(isinstance(fqn, str) for fqn in entry.get("attributes", []))):
             raise NoProof("the proof's header is damaged")
     return entries
 

@@ -20,6 +20,10 @@ CALL_LOCALS = ("args", "kwargs")
 INPUT = "INPUT "
 #: a graph input Dynamo reads from a module's own slot: the package binds the live tensor there (runner.py)
 SLOT = re.compile(r"\._(parameters|buffers)\[[^\]]+\]$")
+#: a graph input Dynamo reads from a plain attribute of the model or a submodule (GPT-J's sinusoidal table on
+#: transformers 4.57, ``self.embed_positions = create_sinusoidal_positions(...)``): the model's own tensor,
+#: bound live by its path like a buffer (export.bind_attributes makes it one in the program)
+ATTRIBUTE = re.compile(r"^L\['self'\]((?:\._modules\['[^'\]]+'\])*)\.([A-Za-z_]\w*)$")
 #: Python's own modules: their code is the interpreter's (the key holds the Python version)
 STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 
@@ -50,6 +54,15 @@ def root(source: Any, memo: Optional[Dict[int, Optional[str]]] = None) -> Option
 
 
 _UNSEEN = object()
+
+
+def attribute_fqn(source_name: str) -> Optional[str]:
+    """``"transformer.h.0.attn.embed_positions"`` for the source ``L['self']._modules['transformer']...
+    ._modules['attn'].embed_positions`` (what torch.export names the tensor), None for any other source."""
+    found = ATTRIBUTE.match(source_name)
+    if found is None:
+        return None
+    return ".".join([*re.findall(r"\['([^'\]]+)'\]", found.group(1)), found.group(2)])
 
 
 def key(guard: Any) -> str:

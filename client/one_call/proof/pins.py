@@ -23,7 +23,7 @@ import builtins
 import functools
 from typing import Any, List
 
-from .guards import SLOT, first_line
+from .guards import ATTRIBUTE, SLOT, first_line
 
 
 class Pins:
@@ -41,11 +41,12 @@ class Pins:
         self.failed = ""
 
     def guards(self, graph_guards: Any) -> List[Any]:
-        """One guard per module tensor slot the trace guarded the layout of."""
+        """One guard per module tensor slot the trace guarded the layout of (a parameter's, a buffer's, a plain
+        tensor attribute's the package is bound to)."""
         from torch._guards import Guard
 
         return [Guard(g.originating_source, functools.partial(PIN_IDENTITY, self)) for g in graph_guards
-                if g.create_fn_name() == "TENSOR_MATCH" and SLOT.search(g.name)]
+                if g.create_fn_name() == "TENSOR_MATCH" and (SLOT.search(g.name) or ATTRIBUTE.match(g.name))]
 
     @property
     def held(self) -> bool:

@@ -57,6 +57,40 @@ def test_a_compile_and_link_in_one_command_is_split_so_the_compile_is_cached(tmp
     assert after["hits"] == before["hits"] + 1 and after["misses"] == before["misses"] + 1, (before, after)
 
 
+@pytest.mark.skipif(shutil.which("ccache") is None or os.environ.get(compiler_cache.RUN_DIR) is None
+                    or os.environ.get("CCACHE_DISABLE"), reason="no ccache here (or CCACHE_DISABLE): the suite runs without it")
+def test_a_packages_sources_that_differ_only_in_their_comments_are_one_compile(tmp_path):
+    """AOTInductor's wrapper and kernel sources name their own compile commands, with the container's folders, in
+    comment lines: the same model's package in the next container is answered from the run's cache all the same,
+    and code that differs is compiled."""
+    import ctypes
+
+    before = compiler_cache.stats()
+    bodies = [("first", 42, "first"), ("second", 42, "second"), ("third", 7, "third")]
+    for name, value, folder in bodies:
+        ctr = tmp_path / name
+        ctr.mkdir()
+        source = ctr / "cabc.wrapper.cpp"
+        source.write_text(f"// compiled in {ctr}/{folder} by g++ {source}\n"
+                          f'extern "C" int answer(void) {{ return {value}; }}  // {folder}\n'
+                          f"// g++ {source} -c -o {ctr}/cabc.wrapper.o\n")
+        subprocess.run(["g++", "-fPIC", "-O1", "-c", str(source), "-o", str(ctr / "cabc.wrapper.o")],
+                       env={"PATH": os.environ["PATH"], "HOME": str(ctr), "TMPDIR": str(ctr)}, check=True, cwd=ctr,
+                       timeout=60)
+        subprocess.run(["g++", "-shared", str(ctr / "cabc.wrapper.o"), "-o", str(ctr / "w.so")], check=True, timeout=60)
+        assert ctypes.CDLL(str(ctr / "w.so")).answer() == value
+        assert sorted(p.name for p in ctr.iterdir()) == ["cabc.wrapper.cpp", "cabc.wrapper.o", "w.so"]
+    after = compiler_cache.stats()
+    # an end-of-line comment is code's line: "first" and "second" differ there, so only whole comment lines go
+    assert after["hits"] == before["hits"] and after["misses"] == before["misses"] + 3, (before, after)
+    (tmp_path / "fourth").mkdir()
+    again = tmp_path / "fourth" / "cdef.wrapper.cpp"  # Inductor names a source by its contents, comments too
+    again.write_text((tmp_path / "first" / "cabc.wrapper.cpp").read_text().replace(str(tmp_path / "first"), "/elsewhere"))
+    subprocess.run(["g++", "-fPIC", "-O1", "-c", str(again), "-o", str(again.with_suffix(".o"))], check=True,
+                   cwd=again.parent, timeout=60)
+    assert compiler_cache.stats()["hits"] == after["hits"] + 1
+
+
 def test_a_failed_compile_fails_the_command_and_leaves_nothing(tmp_path):
     if shutil.which("ccache") is None or os.environ.get(compiler_cache.RUN_DIR) is None:
         pytest.skip("no ccache here: the suite runs without it")

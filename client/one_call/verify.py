@@ -32,6 +32,18 @@ def perturb(model: Any, attributes: Sequence[str] = ()) -> None:
                 t.mul_(factor.to(device=t.device, dtype=t.dtype))
 
 
+def changed_attributes(model: Any, held: Mapping[str, Tuple[Any, Any]]) -> Optional[str]:
+    """The first of the bound attributes (fqn -> (the tensor, a copy of its values) before the calls) that the
+    calls replaced (``self.count = self.count + 1``) or changed in place (``self.count.add_(1)``); else None."""
+    import torch
+
+    now = attribute_slots(model, list(held))
+    for fqn, (tensor, values) in held.items():
+        if fqn not in now or now[fqn][2] is not tensor or not torch.equal(tensor, values):
+            return fqn
+    return None
+
+
 def tolerance(dtype: Any, device: str = "cpu") -> float:
     """How close a package's outputs must be to eager's, relative to the outputs' scale (``close``)."""
     import torch
@@ -167,8 +179,13 @@ def verify(path: str, model: Any, example_inputs: Sequence[Any], device: str, *,
     calls = required + list(optional)
     twin = copy.deepcopy(model)
     perturb(twin, attributes)
+    held = {fqn: (t, t.clone()) for fqn, (_, _, t) in attribute_slots(twin, attributes).items()}
     with torch.no_grad():
         want = [pytree.tree_leaves(twin(*args, **kwargs)) for args, kwargs in calls]
+    changed = changed_attributes(twin, held)
+    if changed:
+        raise LoadFailed(f"the model's forward changes its attribute {changed}; a package reads it and would not "
+                         "change it (torch.compile replays the change)")
     reference = float32_reference(twin, calls) or [None] * len(calls)
     with tempfile.TemporaryDirectory(prefix="cachesvc-aoti-check-") as tmp:
         given, back = os.path.join(tmp, "given.pt"), os.path.join(tmp, "back.pt")

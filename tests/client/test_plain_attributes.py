@@ -145,3 +145,33 @@ def test_the_publish_check_perturbs_the_attributes_too(built, x):
 ])
 def test_only_a_module_s_own_attribute_is_bound_by_path(source, fqn):
     assert attribute_fqn(source) == fqn
+
+
+class Counts(torch.nn.Module):
+    """Its forward replaces a plain tensor attribute: the package would read it and never change it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.count = torch.zeros(())
+
+    def forward(self, x):
+        self.count = self.count + 1
+        return self.fc(x) * self.count
+
+
+class CountsInPlace(Counts):
+    def forward(self, x):
+        self.count.add_(1)
+        return self.fc(x) * self.count
+
+
+@pytest.mark.parametrize("model", [Counts, CountsInPlace])
+def test_a_forward_that_changes_a_bound_attribute_gets_no_package(model, x, tmp_path):
+    """torch.export drops the change (the program reads ``count`` and never writes it back), so such a package
+    would serve every call the first one's answer. The publish check runs eager on a copy first and refuses it,
+    before the package runs at all (no package is built here)."""
+    with torch.no_grad():
+        assert proof.capture(model(), (x,), {}).attributes == ["count"]
+    with pytest.raises(Exception, match="changes its attribute count"):
+        verify.verify(str(tmp_path / "never-built.pt2"), model(), (x,), "cpu", attributes=["count"])

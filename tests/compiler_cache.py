@@ -69,14 +69,14 @@ for a in "$@"; do
     esac
     prev=$a
 done
-same() {{  # same SRC COPY ARGS...: ARGS with COPY (SRC less its comment lines) in place of SRC, through ccache
-    src=$1 copy=$2; shift 2
+swap() {{  # swap OLD NEW cached|plain ARGS...: g++ (through ccache or not) with ARGS, NEW in place of OLD
+    old=$1 new=$2 how=$3; shift 3
     reset=1
     for a in "$@"; do
         [ "$reset" = 1 ] && {{ set --; reset=; }}
-        if [ "$a" = "$src" ]; then set -- "$@" "$copy"; else set -- "$@" "$a"; fi
+        if [ "$a" = "$old" ]; then set -- "$@" "$new"; else set -- "$@" "$a"; fi
     done
-    exec {ccache} {real} "$@"
+    if [ "$how" = cached ]; then {ccache} {real} "$@"; else {real} "$@"; fi
 }}
 case $src in
     *.wrapper.cpp|*.kernel.cpp)
@@ -86,7 +86,8 @@ case $src in
             sed 's#^//.*##' "$src" > "$tmp" || exit 1
             copy={objects}/sources/$(sha256sum < "$tmp" | cut -c1-40).cpp
             mv -f "$tmp" "$copy"
-            same "$src" "$copy" "$@"
+            swap "$src" "$copy" cached "$@"  # the copy: SRC less its comment lines
+            exit
         fi ;;
 esac
 if [ -z "$shared" ] || [ -n "$only" ] || [ "$n" != 1 ] || [ -z "$out" ]; then
@@ -103,19 +104,10 @@ compile() {{  # compile OBJ ARGS...: ARGS less "-o OUT", through ccache, into OB
     done
     {ccache} {real} "$@" -c -o "$obj"
 }}
-link() {{  # link OBJ SRC ARGS...: ARGS with OBJ in place of SRC
-    obj=$1 src=$2; shift 2
-    reset=1
-    for a in "$@"; do
-        [ "$reset" = 1 ] && {{ set --; reset=; }}
-        if [ "$a" = "$src" ]; then set -- "$@" "$obj"; else set -- "$@" "$a"; fi
-    done
-    {real} "$@"
-}}
 mkdir -p {objects}
 tmp=$(mktemp {objects}/XXXXXXXX) || exit 1
 o=$tmp.o  # sh has no locals: the functions' obj is their own copy of this name
-compile "$o" "$@" && link "$o" "$src" "$@"
+compile "$o" "$@" && swap "$src" "$o" plain "$@"  # the link: the object in place of the source
 status=$?
 rm -f "$tmp" "$o"
 exit $status

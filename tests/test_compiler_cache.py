@@ -91,6 +91,22 @@ def test_a_packages_sources_that_differ_only_in_their_comments_are_one_compile(t
     assert compiler_cache.stats()["hits"] == after["hits"] + 1
 
 
+@pytest.mark.skipif(shutil.which("ccache") is None or os.environ.get(compiler_cache.RUN_DIR) is None,
+                    reason="no ccache here: the suite runs without it")
+def test_a_compile_goes_without_the_line_tables_torch_asks_for_and_keeps_full_debug_info(tmp_path):
+    """torch adds -g1 to every C++ compile; the stand-in leaves it out (tests/compiler_cache.py, DROPPED), and only it:
+    an object compiled with -g1 through it has no line table, one compiled with -g keeps its debug sections."""
+    (tmp_path / "src.cpp").write_text(SOURCE)
+    objects = {}
+    for flag in ("-g1", "-g"):
+        obj = tmp_path / f"src{flag}.o"
+        subprocess.run(["g++", "-O1", flag, "-c", str(tmp_path / "src.cpp"), "-o", str(obj)], check=True, cwd=tmp_path,
+                       timeout=60)
+        objects[flag] = obj.read_bytes()
+    assert b".debug_line" not in objects["-g1"] and b".debug_info" not in objects["-g1"]
+    assert b".debug_line" in objects["-g"] and b".debug_info" in objects["-g"]
+
+
 def test_a_failed_compile_fails_the_command_and_leaves_nothing(tmp_path):
     if shutil.which("ccache") is None or os.environ.get(compiler_cache.RUN_DIR) is None:
         pytest.skip("no ccache here: the suite runs without it")

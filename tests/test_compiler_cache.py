@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,33 @@ def test_the_real_compiler_is_found_behind_a_ccache_folder_already_on_path(tmp_p
     assert real and os.path.realpath(real) != os.path.realpath(ccache) and not real.startswith(str(masquerade))
     if os.environ.get(compiler_cache.RUN_DIR):  # nor this run's own script, first on PATH
         assert not real.startswith(os.environ[compiler_cache.RUN_DIR]), real
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None or os.environ.get(compiler_cache.RUN_DIR) is None
+                    or os.environ.get("CCACHE_DISABLE"), reason="no ccache here (or CCACHE_DISABLE): the suite runs without it")
+def test_a_package_kernel_is_compiled_with_its_first_header_precompiled_into_the_same_object(tmp_path):
+    """A package's kernel source begins with cpp_prefix.h (compiler_cache.FIRST_HEADERS): the stand-in compiles it
+    with that header precompiled once for the run, and the object is the one g++ makes alone; a source that
+    begins otherwise is compiled as it is."""
+    import torch.utils.cpp_extension as ext
+
+    import hashlib
+
+    run = Path(os.environ[compiler_cache.RUN_DIR])
+    real = compiler_cache._real_compiler("g++", shutil.which("ccache"))
+    flags = ["-O1", "-fPIC", "-std=c++17", *(f"-I{path}" for path in ext.include_paths()), "-c"]
+    body = 'extern "C" int answer(void) { return 42; }\n'
+    for name, first in (("cabc.kernel.cpp", compiler_cache.FIRST_HEADERS[1]), ("cdef.kernel.cpp", "#include <vector>")):
+        source = tmp_path / name
+        source.write_text(f"// {source}\n{first}\n{body}")
+        stand_in, alone = source.with_suffix(".o"), source.with_suffix(".alone.o")
+        subprocess.run(["g++", str(source), *flags, "-o", str(stand_in)], check=True, cwd=tmp_path, timeout=300)
+        # g++ alone, on the file the stand-in compiled (the source less its comment line: an object names its file)
+        copy = f"\n{first}\n{body}"
+        copy_path = run / "objects" / "sources" / f"{hashlib.sha256(copy.encode()).hexdigest()[:40]}.cpp"
+        assert copy_path.read_text() == copy
+        subprocess.run([real, str(copy_path), *flags, "-o", str(alone)], check=True, cwd=tmp_path, timeout=300)
+        assert stand_in.read_bytes() == alone.read_bytes(), name
+    headers = run / "objects" / "headers"
+    made = [h.read_text().strip() for h in headers.glob("*/first.h") if h.with_suffix(".h.gch").exists()]
+    assert compiler_cache.FIRST_HEADERS[1] in made and "#include <vector>" not in made

@@ -14,6 +14,18 @@ VENV=.venv
 PY=$VENV/bin/python
 TORCH_VERSION=2.13.0
 TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+# Bytecode: a test run starts hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set (this
+# VM's shells set it) each compiles every module it imports again: 836 s against 753 s for the same suite
+# on 2026-12-07. Such a shell's processes still keep their caches out of the source tree: under
+# .venv/pycache (PYTHONPYCACHEPREFIX), set before anything is installed, so that pip's compile at install
+# writes there too. Python reads bytecode only under a prefix once one is set: torch's, compiled into
+# site-packages by an install made without it, would be compiled again by the suite's first processes,
+# several at once (about 7 CPU-s each for torch, Dynamo, Inductor and transformers; CI's first run on a fresh
+# clone of 2026-12-08 took 804 s where the same suite on a warm checkout took 670 s).
+if [[ -n "${PYTHONDONTWRITEBYTECODE:-}" ]]; then
+    unset PYTHONDONTWRITEBYTECODE
+    export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/$VENV/pycache}"
+fi
 [[ -x $PY ]] || "${PYTHON:-python3}" -m venv "$VENV"
 
 # cpu or cuda: CACHESVC_TORCH when set, else cuda only where an NVIDIA GPU is visible

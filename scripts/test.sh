@@ -20,13 +20,7 @@ source scripts/_venv.sh
 # a cold compile) is made once. `-n 0` runs serially (a later -n replaces this one).
 # -m "not fuzz": the generated-input tests are a profile of their own, `scripts/test.sh -m fuzz`
 # (a later -m replaces this one); CI runs both (.ci/run).
-# Bytecode: a run starts hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set (this VM's
-# shells set it) each compiles every module of the checkout again: 836 s against 753 s for the same suite
-# on 2026-12-07. Such a run still keeps its caches out of the source tree: they go under .venv/pycache.
-if [[ -n "${PYTHONDONTWRITEBYTECODE:-}" ]]; then
-    unset PYTHONDONTWRITEBYTECODE
-    export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.venv/pycache}"
-fi
+# Bytecode: where PYTHONDONTWRITEBYTECODE is set, scripts/_venv.sh keeps it under .venv/pycache instead.
 workers=$(( $(nproc) + 1 ))
 (( workers > 4 )) && workers=4
 exec "$PY" -m pytest -q --durations=25 -n "$workers" --dist loadscope -m "not fuzz" "$@"

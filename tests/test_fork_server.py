@@ -124,7 +124,7 @@ def test_it_reports_as_subprocess_run_does(pool, tmp_path):
 def test_a_child_writes_bytecode_as_its_own_environment_says(pool, tmp_path):
     """PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX are read when an interpreter starts: a forked child takes the
     request's, as a fresh interpreter of that environment would (tests/e2e/test_one_call_proof.py's containers write
-    no bytecode; scripts/test.sh may keep the run's under .venv/pycache)."""
+    no bytecode; scripts/_venv.sh may keep the run's under .venv/pycache)."""
     script = tmp_path / "bytecode.py"
     script.write_text("import json, sys\nprint(json.dumps([sys.dont_write_bytecode, sys.pycache_prefix]))\n")
     keys = set()
